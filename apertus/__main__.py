@@ -1,0 +1,3 @@
+from apertus.cli import main
+
+main()

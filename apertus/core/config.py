@@ -1,0 +1,315 @@
+"""Run configuration: one JSON schema holds every key, its type, allowed values, default, meaning.
+
+The schema (``workflow/schemas/config.schema.yaml``) is the single source of defaults and of the
+key reference in ``config/README.md``. :func:`validate_config` fills the defaults and rejects a
+wrong key, type or value with a message naming the key path and what is allowed, before any job
+runs. Unknown keys are rejected everywhere (the schema says ``additionalProperties: false``), so a
+typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from apertus.core import REPO_ROOT, ApertusError
+
+SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
+
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+
+
+class ConfigError(ApertusError):
+    """The configuration does not match the schema; the message lists every problem by key path."""
+
+
+def load_yaml(path: str | os.PathLike, what: str = "config file") -> Any:
+    """Parse a YAML file, turning a syntax error into a ConfigError that names the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{what} {where}: invalid YAML: {problem}") from None
+
+
+def load_schema(path: str | os.PathLike = SCHEMA_PATH) -> dict[str, Any]:
+    return load_yaml(path, what="config schema")
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """Follow a local ``$ref`` (``#/$defs/name``); the schema uses no other kind."""
+    while "$ref" in schema:
+        node: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            node = node[part]
+        schema = {**node, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def apply_defaults(
+    instance: Any, schema: dict[str, Any], root: dict[str, Any] | None = None
+) -> None:
+    """Fill missing keys from the schema's defaults, in place, at every depth.
+
+    A missing object with properties is created empty and then filled, so only leaves need a
+    ``default`` in the schema. Values of the wrong type are left for validation to report.
+    """
+    root = schema if root is None else root
+    schema = _resolve(schema, root)
+    if isinstance(instance, dict):
+        properties = schema.get("properties", {})
+        for key, sub in properties.items():
+            sub = _resolve(sub, root)
+            if key not in instance:
+                if "default" in sub:
+                    instance[key] = copy.deepcopy(sub["default"])
+                elif sub.get("type") == "object":
+                    instance[key] = {}
+            if key in instance:
+                apply_defaults(instance[key], sub, root)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, value in instance.items():
+                if key not in properties:
+                    apply_defaults(value, extra, root)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for item in instance:
+            apply_defaults(item, schema["items"], root)
+
+
+def key_path(parts: Iterable[Any]) -> str:
+    """``['data', 'sources', 2, 'reader']`` -> ``data.sources[2].reader``."""
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _text_hint(text: str) -> str:
+    """Why a value meant as a number or boolean arrived as text, and how to write it."""
+    try:
+        float(text)
+    except ValueError:
+        pass
+    else:
+        # PyYAML (YAML 1.1) reads 1e-4 as a string; Snakemake reads config files the same way.
+        return " (YAML reads exponents without a dot as text: write e.g. 1.0e-4)"
+    if text.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
+        # Snakemake's --config reads `x=false` and every nested value as text.
+        return (
+            " (on the Snakemake command line write booleans as True/False,"
+            " and set nested keys in a --configfile)"
+        )
+    return ""
+
+
+def _describe(error: jsonschema.ValidationError) -> list[str]:
+    """Turn one jsonschema error into messages that name the key and what is allowed."""
+    where = key_path(error.absolute_path)
+    label = f"key '{where}'" if where else "the top level"
+    kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(value) - set(allowed))
+        messages = []
+        for key in unknown:
+            full = key_path([*error.absolute_path, key])
+            hint = difflib.get_close_matches(str(key), allowed, n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            messages.append(
+                f"unknown key '{full}'{suggestion}; allowed under {label}: {', '.join(allowed)}"
+            )
+        return messages
+    if kind == "type":
+        wanted = " or ".join(expected) if isinstance(expected, list) else expected
+        hint = _text_hint(value) if isinstance(value, str) else ""
+        return [f"{label} must be of type {wanted}, got {_json_type(value)} {value!r}{hint}"]
+    if kind == "enum":
+        return [f"{label} is {value!r}; allowed values: {', '.join(map(repr, expected))}"]
+    if kind == "required":
+        missing = [k for k in expected if k not in value]
+        return [f"missing key '{key_path([*error.absolute_path, k])}'" for k in missing]
+    if kind in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        bound = {
+            "minimum": ">=",
+            "maximum": "<=",
+            "exclusiveMinimum": ">",
+            "exclusiveMaximum": "<",
+        }[kind]
+        return [f"{label} is {value!r}; it must be {bound} {expected}"]
+    if kind == "pattern":
+        return [f"{label} is {value!r}; it must match the pattern {expected}"]
+    if kind in ("minLength", "minItems"):
+        return [f"{label} is {value!r}; it must have at least {expected} element(s)"]
+    return [f"{label}: {error.message}"]
+
+
+def config_errors(config: Any, schema: dict[str, Any]) -> list[str]:
+    """Every problem of `config` against `schema`, one message each, ordered by key path."""
+    validator_cls = jsonschema.validators.validator_for(schema)
+    validator = validator_cls(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    return [message for error in errors for message in _describe(error)]
+
+
+def validate_config(
+    config: dict[str, Any],
+    schema: dict[str, Any] | None = None,
+    sources: Sequence[str | os.PathLike] = (),
+) -> dict[str, Any]:
+    """Fill defaults into `config` in place and check it; raise ConfigError listing every problem.
+
+    `sources` (the config files that were merged) only make the message easier to act on.
+    """
+    schema = load_schema() if schema is None else schema
+    if not isinstance(config, dict):
+        raise ConfigError(f"the configuration must be a mapping of keys, got {_json_type(config)}")
+    apply_defaults(config, schema)
+    problems = config_errors(config, schema)
+    if problems:
+        origin = f" (merged from {', '.join(map(str, sources))})" if sources else ""
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise ConfigError(
+            f"invalid configuration{origin}:\n{lines}\n"
+            "Every key, its type and allowed values: config/README.md"
+        )
+    return config
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Merge `override` into `base` in place, recursing into mappings (as Snakemake does)."""
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            deep_merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """``train.lr=1e-4`` -> ``{'train': {'lr': 0.0001}}``; the value is read as YAML."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {item!r} must look like KEY=VALUE (dotted keys allowed)")
+    value = yaml.safe_load(raw) if raw else ""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+def load_config(
+    configfiles: Sequence[str | os.PathLike] = (),
+    overrides: Sequence[str] = (),
+    schema: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's configuration as Snakemake sees it: config/config.yaml, then each extra file
+    (presets), then KEY=VALUE overrides, merged in that order, defaults filled and validated."""
+    sources = [DEFAULT_CONFIG, *configfiles]
+    config: dict[str, Any] = {}
+    for path in sources:
+        data = load_yaml(path) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"config file {path} must hold a mapping of keys, got {_json_type(data)}"
+            )
+        deep_merge(config, data)
+    for item in overrides:
+        deep_merge(config, parse_override(item))
+    return validate_config(config, schema, sources=[*sources, *overrides])
+
+
+def _allowed(schema: dict[str, Any]) -> str:
+    notes = []
+    if "enum" in schema:
+        notes.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
+    for key, sign in (
+        ("minimum", ">="),
+        ("exclusiveMinimum", ">"),
+        ("maximum", "<="),
+        ("exclusiveMaximum", "<"),
+    ):
+        if key in schema:
+            notes.append(f"{sign} {schema[key]}")
+    if "pattern" in schema:
+        notes.append(f"matches `{schema['pattern']}`")
+    return "; ".join(notes)
+
+
+def _type_name(schema: dict[str, Any]) -> str:
+    kind = schema.get("type", "any")
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"array of {schema['items'].get('type', 'any')}"
+    return " or ".join(kind) if isinstance(kind, list) else kind
+
+
+def _rows(schema: dict[str, Any], root: dict[str, Any], prefix: list[str]) -> list[str]:
+    rows = []
+    for key, sub in schema.get("properties", {}).items():
+        sub = _resolve(sub, root)
+        path = [*prefix, key]
+        if sub.get("type") == "object" and "properties" in sub:
+            rows += _rows(sub, root, path)
+            continue
+        default = f"`{canonical_yaml(sub['default'])}`" if "default" in sub else "required"
+        description = " ".join(sub.get("description", "").split())
+        allowed = _allowed(sub)
+        if allowed:
+            description += f" Allowed: {allowed}."
+        rows.append(f"| `{key_path(path)}` | {_type_name(sub)} | {default} | {description} |")
+    return rows
+
+
+def canonical_yaml(value: Any) -> str:
+    """A value as it would be written in config.yaml, on one line."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix("\n...")
+
+
+def render_reference(schema: dict[str, Any] | None = None) -> str:
+    """config/README.md: every key of the schema with its type, default, allowed values, meaning."""
+    schema = load_schema() if schema is None else schema
+    out = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from workflow/schemas/config.schema.yaml by `apertus config docs`;"
+        " do not edit by hand (tests/core/test_config.py checks it is current). -->",
+        "",
+        " ".join(schema.get("description", "").split()),
+        "",
+    ]
+    header = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    sections = {k: _resolve(v, schema) for k, v in schema.get("properties", {}).items()}
+    scalars = {k: v for k, v in sections.items() if "properties" not in v}
+    out += ["## Run", "", *header, *_rows({"properties": scalars}, schema, []), ""]
+    for key, sub in sections.items():
+        if key in scalars:
+            continue
+        out += [f"## `{key}`", "", " ".join(sub.get("description", "").split()), "", *header]
+        out += [*_rows(sub, schema, [key]), ""]
+    return "\n".join(out)

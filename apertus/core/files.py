@@ -1,0 +1,59 @@
+"""File helpers with the guarantees every stage needs: atomic writes and streaming SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 1 << 20
+
+
+def canonical_json(obj: Any) -> str:
+    """One text per value: sorted keys, no spaces, so equal configs hash equally."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks so multi-GB shards never sit in memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` so that readers see the old file or the whole new one, never a part.
+
+    The bytes go to a temporary file in the same directory (same filesystem), are flushed to disk,
+    and the temporary file is renamed over `path`. If anything fails, the temporary file is removed
+    and `path` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Serialise first, then write atomically: an unserialisable value never touches disk."""
+    return atomic_write_text(
+        path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    )

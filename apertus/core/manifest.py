@@ -1,0 +1,149 @@
+"""The stage manifest: what a step was told, what it read, what it wrote, and with which code.
+
+Every step of every stage writes one ``manifest.json`` beside its outputs through
+:func:`write_manifest`. Auditors re-hash the files it lists; ``apertus audit`` (release stage)
+builds on this format, so its keys are stable: add keys, never rename them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import subprocess
+from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from apertus import __version__
+from apertus.core import REPO_ROOT
+from apertus.core.files import atomic_write_json, canonical_json, sha256_file, sha256_text
+
+MANIFEST_VERSION = 1
+
+# Distributions whose versions decide what a stage produces.
+KEY_PACKAGES = (
+    "torch",
+    "torchtitan",
+    "snakemake",
+    "datatrove",
+    "lm-eval",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "huggingface-hub",
+    "numpy",
+)
+
+
+def config_hash(subtree: Any) -> str:
+    """SHA-256 of the canonical JSON of a config subtree: equal subtrees, equal hashes."""
+    return sha256_text(canonical_json(subtree))
+
+
+def describe_path(
+    path: str | os.PathLike, exclude: Iterable[str | os.PathLike] = ()
+) -> dict[str, Any]:
+    """Size and SHA-256 of a file; for a directory, of every file in it plus one digest of the tree.
+
+    The tree digest covers relative paths and file digests in sorted order, so renaming, adding,
+    removing or changing any file changes it. Symlinks are followed. Files in `exclude` (the
+    manifest itself, when it sits inside an output directory) are left out.
+    """
+    path = Path(path)
+    if path.is_file():
+        return {"path": str(path), "size": path.stat().st_size, "sha256": sha256_file(path)}
+    if path.is_dir():
+        skip = {Path(p).resolve() for p in exclude}
+        files = {}
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and p.resolve() not in skip):
+            rel = f.relative_to(path).as_posix()
+            files[rel] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+        tree = canonical_json({rel: info["sha256"] for rel, info in files.items()})
+        return {
+            "path": str(path),
+            "size": sum(info["size"] for info in files.values()),
+            "sha256": sha256_text(tree),
+            "files": files,
+        }
+    raise FileNotFoundError(f"cannot describe {path}: no such file or directory")
+
+
+def _git(*args: str, cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def code_version(repo: str | os.PathLike = REPO_ROOT) -> dict[str, Any]:
+    """The code that ran: package version, git commit, and whether the checkout had local changes.
+
+    ``dirty`` is true when ``git status --porcelain`` lists anything (modified, staged or untracked
+    files that are not ignored); results and virtual environments are git-ignored, so they do not
+    count. Outside a git checkout, ``commit`` and ``dirty`` are None.
+    """
+    repo = Path(repo)
+    commit = _git("rev-parse", "HEAD", cwd=repo)
+    status = _git("status", "--porcelain", cwd=repo) if commit is not None else None
+    return {
+        "package": __version__,
+        "commit": commit.strip() if commit is not None else None,
+        "dirty": bool(status.strip()) if status is not None else None,
+    }
+
+
+def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str | None]:
+    """Installed versions, read from package metadata (nothing is imported); None if absent."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def build_manifest(
+    *,
+    stage: str,
+    step: str,
+    config: Any,
+    inputs: Iterable[str | os.PathLike],
+    outputs: Iterable[str | os.PathLike],
+    seed: int | None,
+    started: dt.datetime,
+    ended: dt.datetime,
+    summary: dict[str, Any] | None = None,
+    exclude: Iterable[str | os.PathLike] = (),
+) -> dict[str, Any]:
+    """The manifest of one finished step, with every input and output hashed now."""
+    exclude = list(exclude)
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "stage": stage,
+        "step": step,
+        "config": config,
+        "config_sha256": config_hash(config),
+        "inputs": [describe_path(p) for p in inputs],
+        "outputs": [describe_path(p, exclude) for p in outputs],
+        "code": code_version(),
+        "packages": package_versions(),
+        "seed": seed,
+        "started": started.isoformat(timespec="seconds"),
+        "ended": ended.isoformat(timespec="seconds"),
+        "seconds": round((ended - started).total_seconds(), 3),
+        "host": socket.gethostname(),
+        "summary": summary or {},
+    }
+
+
+def write_manifest(path: str | os.PathLike, **fields: Any) -> dict[str, Any]:
+    """Build the manifest (see :func:`build_manifest` for the fields) and write it atomically."""
+    manifest = build_manifest(**fields, exclude=[path])
+    atomic_write_json(path, manifest)
+    return manifest

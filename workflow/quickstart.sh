@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The README quickstart. Sets up the project's virtual environment (.venv, once, and again
+# whenever pyproject.toml changes), then
+#   bash workflow/quickstart.sh run   [snakemake args]   runs the whole pipeline on the embedded default
+#   bash workflow/quickstart.sh test  [pytest args]      runs the test suite
+# Environment: PYTHON (interpreter to build .venv from, default python3.11 or python3),
+# APERTUS_VENV (where the environment lives, default .venv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,8s/^# \{0,1\}//p' "$0" >&2; }
+what=${1:-}
+case "$what" in
+  run | test) shift ;;
+  *) usage; exit 2 ;;
+esac
+
+venv=${APERTUS_VENV:-.venv}
+stamp="$venv/.apertus-installed"
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  python=${PYTHON:-$(command -v python3.11 || command -v python3 || true)}
+  if [ -z "$python" ] || ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    echo "error: Python 3.11 is required; set PYTHON=/path/to/python3.11" >&2
+    exit 1
+  fi
+  echo "setting up $venv with $python (first run takes a few minutes)" >&2
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  # torch first and pinned, so that a machine carrying the CPU wheel takes it and pip never
+  # pulls the newest CUDA build; then the project with its test tools.
+  torch=$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
+  "$venv/bin/python" -m pip install --quiet "$torch"
+  "$venv/bin/python" -m pip install --quiet -e ".[test]"
+  echo "$want" >"$stamp"
+fi
+
+export PATH="$(cd "$venv" && pwd)/bin:$PATH"
+case "$what" in
+  run) exec snakemake "$@" ;;
+  test) exec python -m pytest "$@" ;;
+esac

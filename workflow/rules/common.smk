@@ -1,0 +1,82 @@
+# Shared by every stage: config loading and validation, path helpers, the stage contract.
+# Nothing else lives here; a stage's rules live in workflow/rules/<stage>.smk.
+
+import os
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+try:
+    from apertus.core import ApertusError
+    from apertus.core.config import load_schema, validate_config
+    from apertus.core.files import canonical_json
+except ImportError as e:
+    raise WorkflowError(
+        f"cannot import the apertus package ({e}); set up the environment with "
+        "`bash workflow/quickstart.sh` (see README.md) or `pip install -e .`"
+    ) from None
+
+
+configfile: "config/config.yaml"
+
+
+# Fails before any job runs, naming every bad key; fills the schema's defaults.
+try:
+    validate_config(
+        config,
+        load_schema(workflow.source_path("../schemas/config.schema.yaml")),
+        sources=[*workflow.configfiles]
+        + (["--config"] if workflow.config_settings.overwrite_config else []),
+    )
+except ApertusError as e:
+    raise WorkflowError(str(e)) from None
+
+if config["offline"]:
+    # Inherited by every job the workflow starts: nothing may reach the Hugging Face Hub.
+    os.environ.update(
+        HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1"
+    )
+
+RUN_DIR = Path(config["results_dir"]) / config["run"]
+
+# Final outputs of each stage; stages append theirs, `rule all` asks for all of them.
+TARGETS = []
+
+
+def stage_path(stage, *parts):
+    """Output path of a stage: <results_dir>/<run>/<stage>/<parts...>."""
+    return str(RUN_DIR.joinpath(stage, *parts))
+
+
+def log_path(stage, step):
+    """Log of one step: <results_dir>/<run>/logs/<stage>/<step>.log (may contain wildcards)."""
+    return str(RUN_DIR / "logs" / stage / f"{step}.log")
+
+
+def benchmark_path(stage, step):
+    """Snakemake benchmark of one step: <results_dir>/<run>/benchmarks/<stage>/<step>.tsv."""
+    return str(RUN_DIR / "benchmarks" / stage / f"{step}.tsv")
+
+
+def stage_config(stage):
+    """A rule's `params`: exactly the config subtree of `stage`, as canonical JSON.
+
+    Snakemake re-runs a job when its params change, so changing this subtree, and only this
+    subtree, re-runs the stage and everything downstream. The step receives the same text with
+    `--config {params.config:q}` and records it, with its hash, in its manifest.
+    """
+    return canonical_json(config[stage])
+
+
+def stage_resources(stage):
+    """Resources of one job of `stage`: its entry in config `resources`, else `default`."""
+    return config["resources"].get(stage, config["resources"]["default"])
+
+
+def stage_threads(stage):
+    return stage_resources(stage)["threads"]
+
+
+def stage_job_resources(stage):
+    """Scheduler resources (everything but threads) for a rule's `resources:`."""
+    return {k: v for k, v in stage_resources(stage).items() if k != "threads"}
