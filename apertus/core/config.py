@@ -114,20 +114,19 @@ def _json_type(value: Any) -> str:
 
 def _text_hint(text: str) -> str:
     """Why a value meant as a number or boolean arrived as text, and how to write it."""
+    if isinstance(yaml.safe_load(text) if text.strip() else None, bool | int | float):
+        # A config file would have read it as a number or boolean: it came through Snakemake's
+        # --config, which reads `x=false` and every nested value as text.
+        return (
+            " (Snakemake's --config passes this as text: write booleans as True/False,"
+            " and set nested keys in a --configfile)"
+        )
     try:
         float(text)
     except ValueError:
-        pass
-    else:
-        # PyYAML (YAML 1.1) reads 1e-4 as a string; Snakemake reads config files the same way.
-        return " (YAML reads exponents without a dot as text: write e.g. 1.0e-4)"
-    if text.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
-        # Snakemake's --config reads `x=false` and every nested value as text.
-        return (
-            " (on the Snakemake command line write booleans as True/False,"
-            " and set nested keys in a --configfile)"
-        )
-    return ""
+        return ""
+    # PyYAML (YAML 1.1) reads 1e-4 as a string; Snakemake reads config files the same way.
+    return " (YAML reads exponents without a dot as text: write e.g. 1.0e-4)"
 
 
 def _describe(error: jsonschema.ValidationError) -> list[str]:

@@ -20,13 +20,19 @@ except ImportError as e:
 configfile: "config/config.yaml"
 
 
+def config_sources():
+    """Where the config came from, in merge order, for error messages."""
+    cli = workflow.config_settings
+    files = ["config/config.yaml", *map(str, cli.configfiles)]
+    return files + [f"--config {arg}" for arg in cli.config_args or []]
+
+
 # Fails before any job runs, naming every bad key; fills the schema's defaults.
 try:
     validate_config(
         config,
         load_schema(workflow.source_path("../schemas/config.schema.yaml")),
-        sources=[*workflow.configfiles]
-        + (["--config"] if workflow.config_settings.overwrite_config else []),
+        sources=config_sources(),
     )
 except ApertusError as e:
     raise WorkflowError(str(e)) from None

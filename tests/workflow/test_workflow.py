@@ -1,0 +1,50 @@
+"""The workflow as a user meets it: dry-run, config errors before any job, lint and format."""
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, run_tool
+
+pytestmark = pytest.mark.slow
+
+
+def test_dry_run_shows_the_dag():
+    proc = run_tool("snakemake", "-n", check=True)
+    assert "rule all:" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"offlien": True}, "unknown key 'offlien' (did you mean 'offline'?)"),
+        ({"resources": {"default": {"mem_mbb": 8}}}, "unknown key 'resources.default.mem_mbb'"),
+        ({"resources": {"default": {"threads": "four"}}}, "key 'resources.default.threads'"),
+        ({"offline": "sometimes"}, "key 'offline' must be of type boolean"),
+        ({"run": "has space"}, "key 'run' is 'has space'"),
+    ],
+)
+def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, config, named):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    proc = run_tool("snakemake", "-n", "--configfile", bad)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert named in output
+    assert str(bad) in output
+    assert "rule all:" not in output  # no job was planned
+
+
+def test_lint_is_clean():
+    proc = run_tool("snakemake", "--lint")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Congratulations" in proc.stdout + proc.stderr
+
+
+def test_snakefmt_is_clean():
+    rules = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+    run_tool("snakefmt", "--check", "Snakefile", *rules, check=True)
+
+
+def test_ruff_is_clean():
+    run_tool("ruff", "check", ".", check=True)
+    run_tool("ruff", "format", "--check", ".", check=True)
