@@ -114,6 +114,7 @@ def toy_workflow(tmp_path):
     (tmp_path / "Snakefile").write_text(
         'include: "workflow/rules/common.smk"\n'
         'include: "workflow/rules/toy.smk"\n\n\n'
+        "check_stage_contract()\n\n\n"
         "rule all:\n    default_target: True\n    input:\n        TARGETS,\n"
     )
     (tmp_path / "toy_stage.py").write_text(TOY_STAGE)
@@ -190,3 +191,18 @@ def test_failing_step_leaves_no_outputs_and_one_clear_error_in_its_log(toy_workf
     log = (run_dir / "logs" / "toy_a" / "text.log").read_text()
     assert "error: toy_a refuses the greeting 'FAIL'" in log
     assert "Traceback" not in log
+
+
+def test_rule_without_log_or_benchmark_is_refused_at_parse_time(toy_workflow):
+    wd = toy_workflow
+    with (wd / "workflow" / "rules" / "toy.smk").open("a") as rules:
+        rules.write(
+            '\n\nrule careless:\n    output:\n        "x.txt",\n'
+            '    shell:\n        "touch {output}"\n'
+        )
+    proc = run_tool("snakemake", "--cores", "1", "-n", cwd=wd)
+    assert proc.returncode != 0
+    assert (
+        'rule careless lacks log:, benchmark:, params: config=stage_config("<stage>")'
+        in proc.stdout + proc.stderr
+    )

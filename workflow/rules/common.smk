@@ -86,3 +86,33 @@ def stage_threads(stage):
 def stage_job_resources(stage):
     """Scheduler resources (everything but threads) for a rule's `resources:`."""
     return {k: v for k, v in stage_resources(stage).items() if k != "threads"}
+
+
+def check_stage_contract():
+    """Refuse a workflow whose job rules lack the contract's log, benchmark or config params.
+
+    Called by the Snakefile once every stage is included, so a new rule that forgets one of
+    them fails at parse time with its name, not silently in production.
+    """
+    problems = []
+    for declared in workflow.rules:
+        if declared.norun:  # target rules such as `all` run no job
+            continue
+        missing = [
+            directive
+            for directive, present in (
+                ("log:", bool(declared.log)),
+                ("benchmark:", declared.benchmark is not None),
+                (
+                    'params: config=stage_config("<stage>")',
+                    "config" in declared.params.keys(),
+                ),
+            )
+            if not present
+        ]
+        if missing:
+            problems.append(f"rule {declared.name} lacks {', '.join(missing)}")
+    if problems:
+        raise WorkflowError(
+            "the stage contract (README.md) is broken:\n  " + "\n  ".join(problems)
+        )
