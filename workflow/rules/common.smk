@@ -64,14 +64,17 @@ def benchmark_path(stage, step):
     return str(RUN_DIR / "benchmarks" / stage / f"{step}.tsv")
 
 
-def stage_config(stage):
-    """A rule's `params`: exactly the config subtree of `stage`, as canonical JSON.
+def stage_config(stage, *keys):
+    """A rule's `params`: exactly the config subtree its step depends on, as canonical JSON.
 
-    Snakemake re-runs a job when its params change, so changing this subtree, and only this
-    subtree, re-runs the stage and everything downstream. The step receives the same text with
-    `--config {params.config:q}` and records it, with its hash, in its manifest.
+    `stage_config("data")` is the whole `data` section; `stage_config("data", "dedup")` only
+    `{"dedup": ...}`, for a step that reads nothing else. Snakemake re-runs a job when its params
+    change, so changing this subtree, and only this subtree, re-runs the step and everything
+    downstream. The step receives the same text with `--config {params.config:q}` and records
+    it, with its hash, in its manifest.
     """
-    return canonical_json(config[stage])
+    section = config[stage]
+    return canonical_json({k: section[k] for k in keys} if keys else section)
 
 
 def stage_resources(stage):

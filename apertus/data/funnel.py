@@ -1,0 +1,162 @@
+"""The filter funnel: documents and characters per language at each point of the data stage.
+
+`FunnelCheckpoint` steps sit between the filters of a datatrove pipeline and count what passes;
+`merge_funnel` sums the checkpoints of every job into one table, where the documents a filter
+removed are the difference between the checkpoints before and after it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from datatrove.pipeline.base import PipelineStep
+
+from apertus.core.files import atomic_write_json
+
+# The order of the checkpoints through the stage; the first is what was read.
+FUNNEL_STEPS = (
+    "read",
+    "robots",
+    "language",
+    "gopher_repetition",
+    "gopher_quality",
+    "c4",
+    "fineweb",
+    "minhash",
+    "exact",
+    "quality",
+    "toxicity",
+    "written",
+)
+
+
+def doc_language(doc) -> str:
+    return doc.metadata.get("language") or doc.metadata.get("language_hint") or "und"
+
+
+class FunnelCheckpoint(PipelineStep):
+    """Counts the documents and characters per language that reach this point of the pipeline."""
+
+    name = "📊 funnel"
+    type = "📊 - STATS"
+
+    def __init__(self, step: str, output_dir: str | Path, job: str):
+        super().__init__()
+        if step not in FUNNEL_STEPS:
+            raise ValueError(f"unknown funnel step {step!r}; known: {', '.join(FUNNEL_STEPS)}")
+        self.step, self.output_dir, self.job = step, str(output_dir), job
+
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for doc in data:
+            entry = counts[doc_language(doc)]
+            entry[0] += 1
+            entry[1] += len(doc.text)
+            yield doc
+        atomic_write_json(
+            Path(self.output_dir) / f"{self.step}.{self.job}.{rank:05d}.json",
+            {
+                "step": self.step,
+                "languages": {
+                    lang: {"documents": d, "characters": c} for lang, (d, c) in counts.items()
+                },
+            },
+        )
+
+
+def merge_funnel(checkpoint_files: list[Path]) -> dict[str, Any]:
+    """Sum checkpoint files into {steps, languages: {lang: [{step, documents, characters,
+    removed_documents, removed_characters}]}, total: [...]}, steps in FUNNEL_STEPS order."""
+    sums: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for path in checkpoint_files:
+        data = json.loads(Path(path).read_text())
+        for lang, c in data["languages"].items():
+            entry = sums[data["step"]][lang]
+            entry[0] += c["documents"]
+            entry[1] += c["characters"]
+    steps = [s for s in FUNNEL_STEPS if s in sums]
+    languages = sorted({lang for per_step in sums.values() for lang in per_step})
+
+    def rows(select) -> list[dict[str, Any]]:
+        out, previous = [], None
+        for step in steps:
+            docs = sum(sums[step][lang][0] for lang in select)
+            chars = sum(sums[step][lang][1] for lang in select)
+            row = {"step": step, "documents": docs, "characters": chars}
+            if previous is not None:
+                row["removed_documents"] = previous[0] - docs
+                row["removed_characters"] = previous[1] - chars
+            out.append(row)
+            previous = (docs, chars)
+        return out
+
+    return {
+        "steps": steps,
+        "languages": {lang: rows([lang]) for lang in languages},
+        "total": rows(languages),
+    }
+
+
+def plot_funnel(funnel: dict[str, Any], path: Path) -> None:
+    """Documents remaining after each step, in total and per language (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = funnel["steps"]
+    fig, (ax_total, ax_lang) = plt.subplots(1, 2, figsize=(14, 5))
+    total = [r["documents"] for r in funnel["total"]]
+    ax_total.bar(range(len(steps)), total, color="#3b6ea5")
+    for i, row in enumerate(funnel["total"]):
+        removed = row.get("removed_documents")
+        if removed:
+            ax_total.annotate(f"-{removed}", (i, total[i]), ha="center", va="bottom", fontsize=8)
+    ax_total.set_title("Documents after each step (all languages)")
+    for lang, rows in sorted(funnel["languages"].items(), key=lambda kv: -kv[1][0]["documents"]):
+        by_step = {r["step"]: r["documents"] for r in rows}
+        ax_lang.plot(
+            range(len(steps)), [by_step.get(s, 0) or None for s in steps], marker="o", label=lang
+        )
+    ax_lang.set_yscale("log")
+    ax_lang.set_title("Documents after each step, per language")
+    ax_lang.legend(fontsize=7, ncol=2)
+    for ax in (ax_total, ax_lang):
+        ax.set_xticks(range(len(steps)))
+        ax.set_xticklabels(steps, rotation=45, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    """Step `data_funnel`: merge every job's checkpoints into funnel.json and funnel.png."""
+    from apertus.core.stage import StepRun, stage_parser
+
+    parser = stage_parser("data", "Merge the filter funnel of the data stage.")
+    parser.add_argument("--input-dir", type=Path, action="append", required=True)
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--plot", type=Path, required=True)
+    args = parser.parse_args(argv)
+    files = sorted(p for d in args.input_dir for p in (Path(d) / "_funnel").glob("*.json"))
+    with StepRun(
+        "data",
+        "funnel",
+        args.config,
+        inputs=files,
+        outputs=[args.json, args.plot],
+        manifest=args.manifest,
+    ) as step:
+        funnel = merge_funnel(files)
+        atomic_write_json(args.json, funnel)
+        plot_funnel(funnel, args.plot)
+        step.summary["total"] = funnel["total"]
+
+
+if __name__ == "__main__":
+    from apertus.core.stage import run_main
+
+    run_main(main)

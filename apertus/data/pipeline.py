@@ -1,0 +1,322 @@
+"""Composition of the data stage's datatrove pipelines, one function per Snakemake step.
+
+    filter  per (source, shard): read -> language ID -> robots.txt -> language score ->
+            heuristic quality families -> quality and toxicity scores -> JSONL per language
+    dedup   per language over all sources: MinHash (datatrove's four stages) -> exact
+    select  quality and toxicity thresholds per language (computed on the data) -> PII ->
+            the corpus, per source and language
+
+A `FunnelCheckpoint` follows every filter, so the funnel shows what each one removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
+
+from apertus.data.config import DataConfig, Source
+from apertus.data.funnel import FunnelCheckpoint
+
+log = logging.getLogger("apertus.data")
+
+# Intermediate files between the steps: JSONL per language, read back with datatrove's reader.
+_INTERMEDIATE = "${language}/${rank}.jsonl.gz"
+
+
+def resolve_source(source: Source, sample_dir: Path | None) -> Source:
+    """A source whose path is `sample` reads the generated sample corpus file `<name>.jsonl.gz`."""
+    if not source.is_sample:
+        return source
+    if sample_dir is None:
+        raise ValueError(f"source {source.name!r} reads the sample corpus, but none was given")
+    return dataclasses.replace(source, path=str(Path(sample_dir) / f"{source.name}.jsonl.gz"))
+
+
+def run_pipeline(
+    steps: list, *, logging_dir: Path, tasks: int = 1, workers: int = 1, **executor_options
+) -> dict[str, Any]:
+    """Run datatrove steps with its local executor; return the merged per-step stats."""
+    executor = LocalPipelineExecutor(
+        pipeline=steps,
+        tasks=tasks,
+        workers=min(workers, tasks),
+        logging_dir=str(logging_dir),
+        skip_completed=False,
+        **executor_options,
+    )
+    executor.run()
+    stats_file = Path(logging_dir) / "stats.json"
+    return {"stats": json.loads(stats_file.read_text())} if stats_file.exists() else {}
+
+
+def step_stats(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{step name: {counter: total}} out of datatrove's stats.json, for manifests and logs."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in stats.get("stats", []):
+        counters = {}
+        for key, value in entry.get("stats", {}).items():
+            counters[key] = value.get("total", value) if isinstance(value, dict) else value
+        out[entry.get("name", "?")] = counters
+    return out
+
+
+def filter_steps(
+    cfg: DataConfig,
+    source: Source,
+    *,
+    snapshot: Path | None,
+    classifiers: dict[str, Path],
+    output_dir: Path,
+    funnel_dir: Path,
+    job: str,
+    limit: int = -1,
+) -> list:
+    """The first pass over one source: everything that decides per document."""
+    from apertus.data.classifiers import ClassifierScorer
+    from apertus.data.language import LanguageFilter, LanguageTagger
+    from apertus.data.quality import HeuristicQualityFilter
+    from apertus.data.readers import make_reader
+    from apertus.data.robots import RobotsFilter
+
+    lang = cfg.language
+    steps: list = [
+        make_reader(source, limit=limit),
+        LanguageTagger(backend=lang.backend, model_path=lang.model_path),
+        FunnelCheckpoint("read", funnel_dir, job),
+    ]
+    if cfg.robots.enabled:
+        steps += [
+            RobotsFilter(str(snapshot), agents=cfg.robots.agents),
+            FunnelCheckpoint("robots", funnel_dir, job),
+        ]
+    steps += [
+        LanguageFilter(
+            min_score=lang.min_score,
+            min_score_by_language=lang.min_score_by_language,
+            languages=lang.languages,
+        ),
+        FunnelCheckpoint("language", funnel_dir, job),
+    ]
+    for family in cfg.heuristics.families:
+        steps += [
+            HeuristicQualityFilter(
+                family,
+                languages=cfg.heuristics.languages,
+                options=cfg.heuristics.options.get(family) or {},
+            ),
+            FunnelCheckpoint(family, funnel_dir, job),
+        ]
+    for task in ("quality", "toxicity"):
+        spec = getattr(cfg, task)
+        if spec.enabled:
+            steps.append(
+                ClassifierScorer(
+                    task,
+                    spec.backend,
+                    model=classifier_model(spec, classifiers.get(task)),
+                    apply_to_kinds=spec.apply_to_kinds,
+                )
+            )
+    steps.append(JsonlWriter(str(output_dir), output_filename=_INTERMEDIATE))
+    return steps
+
+
+def classifier_model(spec, trained_dir: Path | None) -> dict[str, Any]:
+    """Constructor arguments of the classifier backend."""
+    if spec.backend == "ngram":
+        if trained_dir is None:
+            raise ValueError(f"the {spec.task} ngram classifier was not trained")
+        return {"model_dir": str(trained_dir)}
+    return {"encoder": spec.encoder, "head": spec.head, "task": spec.task}
+
+
+def files_by_language(dirs: list[Path]) -> dict[str, list[Path]]:
+    """Intermediate files (`<dir>/.../<language>/<rank>.jsonl.gz`) of exactly these dirs."""
+    found: dict[str, list[Path]] = defaultdict(list)
+    for d in dirs:
+        for path in sorted(Path(d).rglob("*.jsonl.gz")):
+            found[path.parent.name].append(path)
+    return dict(sorted(found.items()))
+
+
+def _word_tokenizer_language(language: str) -> str:
+    """datatrove needs a word tokenizer for MinHash shingles; unknown codes fall back to English."""
+    from datatrove.utils.word_tokenizers import load_tokenizer_assignments
+
+    return language if language in load_tokenizer_assignments() else "en"
+
+
+def exact_dedup_content(doc) -> str:
+    """What counts as the same document for exact dedup: the text without outer whitespace."""
+    return doc.text.strip()
+
+
+def dedup_language(
+    cfg: DataConfig,
+    language: str,
+    files: list[Path],
+    *,
+    output_dir: Path,
+    work_dir: Path,
+    funnel_dir: Path,
+    workers: int,
+) -> dict[str, Any]:
+    """MinHash then exact dedup of one language across every source (datatrove's stages)."""
+    from datatrove.pipeline.dedup import (
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.dedup.exact_dedup import (
+        ExactDedupConfig,
+        ExactDedupFilter,
+        ExactDedupSignature,
+        ExactFindDedups,
+    )
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+
+    stats: dict[str, Any] = {}
+    work_dir.mkdir(parents=True, exist_ok=True)
+    listing = work_dir / "inputs.txt"
+    listing.write_text("".join(f"{Path(f).resolve().relative_to('/')}\n" for f in files))
+
+    def reader(root: Path | str, pattern: str | None):
+        if pattern is None:  # the listed input files, paths relative to "/"
+            return JsonlReader("/", paths_file=str(listing), add_file_path=False)
+        return JsonlReader(str(root), glob_pattern=pattern, add_file_path=False)
+
+    current_root, current_glob = "/", None
+    job = f"dedup-{language}"
+    if cfg.dedup.minhash:
+        mh = MinhashConfig(
+            n_grams=cfg.dedup.ngrams,
+            num_buckets=cfg.dedup.buckets,
+            hashes_per_bucket=cfg.dedup.hashes_per_bucket,
+        )
+        w = work_dir / "minhash"
+        tok_lang = _word_tokenizer_language(language)
+        run_pipeline(
+            [
+                reader(current_root, current_glob),
+                MinhashDedupSignature(str(w / "sigs"), mh, tok_lang),
+            ],
+            logging_dir=w / "logs" / "signatures",
+        )
+        run_pipeline(
+            [MinhashDedupBuckets(str(w / "sigs"), str(w / "buckets"), config=mh)],
+            logging_dir=w / "logs" / "buckets",
+            tasks=mh.num_buckets,
+            workers=workers,
+        )
+        run_pipeline(
+            [MinhashDedupCluster(str(w / "buckets"), str(w / "remove_ids"), config=mh)],
+            logging_dir=w / "logs" / "cluster",
+        )
+        stats["minhash"] = run_pipeline(
+            [
+                reader(current_root, current_glob),
+                MinhashDedupFilter(str(w / "remove_ids")),
+                FunnelCheckpoint("minhash", funnel_dir, job),
+                JsonlWriter(str(w / "out"), output_filename=_INTERMEDIATE),
+            ],
+            logging_dir=w / "logs" / "filter",
+        )
+        current_root, current_glob = w / "out", f"{language}/*.jsonl.gz"
+    exact = ExactDedupConfig(content_getter=exact_dedup_content)
+    e = work_dir / "exact"
+    final_steps: list = [reader(current_root, current_glob)]
+    if cfg.dedup.exact:
+        run_pipeline(
+            [reader(current_root, current_glob), ExactDedupSignature(str(e / "sigs"), exact)],
+            logging_dir=e / "logs" / "signatures",
+        )
+        run_pipeline(
+            [ExactFindDedups(str(e / "sigs"), str(e / "dups"), exact)],
+            logging_dir=e / "logs" / "find",
+        )
+        final_steps += [
+            ExactDedupFilter(str(e / "dups"), exact),
+            FunnelCheckpoint("exact", funnel_dir, job),
+        ]
+    final_steps.append(JsonlWriter(str(output_dir), output_filename=_INTERMEDIATE))
+    stats["exact"] = run_pipeline(final_steps, logging_dir=e / "logs" / "filter")
+    shutil.rmtree(work_dir / "minhash" / "out", ignore_errors=True)
+    return stats
+
+
+def collect_scores(root: Path, score_key: str) -> dict[str, list[float]]:
+    """Every document's score per language, read from intermediate files (for thresholds)."""
+    scores: dict[str, list[float]] = defaultdict(list)
+    for doc in JsonlReader(str(root), glob_pattern="**/*.jsonl.gz", add_file_path=False).run():
+        value = doc.metadata.get(score_key)
+        if value is not None:
+            scores[doc.metadata.get("language", "und")].append(float(value))
+    return dict(scores)
+
+
+_CORPUS_FIELDS = (
+    "source",
+    "kind",
+    "url",
+    "language",
+    "language_score",
+    "quality_score",
+    "toxicity_score",
+)
+
+
+def corpus_record(writer, doc) -> dict[str, Any]:
+    """Fixed columns for the corpus files, so every Parquet file has the same schema."""
+    record = {"id": doc.id, "text": doc.text}
+    for key in _CORPUS_FIELDS:
+        record[key] = doc.metadata.get(key)
+    return record
+
+
+def select_steps(
+    cfg: DataConfig,
+    *,
+    input_root: Path,
+    thresholds: dict[str, dict[str, float]],
+    output_dir: Path,
+    funnel_dir: Path,
+) -> list:
+    """Quality and toxicity thresholds, PII redaction, and the corpus writer."""
+    from apertus.data.classifiers import ThresholdFilter
+    from apertus.data.pii import PIIFormatter
+
+    job = "select"
+    steps: list = [JsonlReader(str(input_root), glob_pattern="**/*.jsonl.gz", add_file_path=False)]
+    for task, reason in (("quality", "low_quality"), ("toxicity", "toxic")):
+        spec = getattr(cfg, task)
+        if spec.enabled:
+            steps += [
+                ThresholdFilter(spec.score_key, thresholds[task], keep=spec.keep, reason=reason),
+                FunnelCheckpoint(task, funnel_dir, job),
+            ]
+    if cfg.pii.kinds:
+        steps.append(PIIFormatter(kinds=cfg.pii.kinds, exempt_kinds=cfg.pii.exempt_kinds))
+    if cfg.output == "parquet":
+        writer = ParquetWriter(
+            str(output_dir),
+            output_filename="${source}/${language}/${rank}.parquet",
+            adapter=corpus_record,
+        )
+    else:
+        writer = JsonlWriter(
+            str(output_dir),
+            output_filename="${source}/${language}/${rank}.jsonl.gz",
+            adapter=corpus_record,
+        )
+    steps += [writer, FunnelCheckpoint("written", funnel_dir, job)]
+    return steps

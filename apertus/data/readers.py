@@ -1,0 +1,294 @@
+"""Readers for the configured sources: JSONL, Parquet, WARC and Hugging Face datasets.
+
+Every reader maps the source's fields onto the document contract of `apertus.data` (text, id,
+and metadata `source`, `kind`, `url`, `language_hint`). Bad input never crashes the stage and
+is never dropped silently: malformed JSON lines, missing or non-text text fields, non-UTF-8
+bytes, empty files and truncated or corrupt files are skipped and counted per reason in the
+step's stats, with the first few examples of each reason logged with file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import zlib
+from collections import Counter
+from pathlib import PurePosixPath
+from typing import Any
+
+from datatrove.pipeline.readers import HuggingFaceDatasetReader, ParquetReader
+from datatrove.pipeline.readers.base import BaseDiskReader
+
+from apertus.data.config import Source
+
+log = logging.getLogger("apertus.data.readers")
+
+# Examples of each skip reason written to the log (the counts are complete in the stats).
+_SAMPLES_PER_REASON = 3
+
+
+class SourceMapping:
+    """Mixin: maps one raw record of `self.source` onto the fields of a datatrove Document.
+
+    It replaces the reader's default adapter (a bound method, so the step stays picklable for
+    datatrove's worker processes).
+    """
+
+    source: Source
+
+    def _default_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
+        source = self.source
+        text = data.get(source.text_field)
+        doc_id = data.get(source.id_field)
+        if doc_id in (None, ""):
+            doc_id = f"{source.name}/{PurePosixPath(str(path)).name}/{id_in_file}"
+        metadata: dict[str, Any] = {"source": source.name, "kind": source.kind}
+        url = data.get(source.url_field) if source.url_field else None
+        if url:
+            metadata["url"] = str(url)
+        hint = data.get(source.language_field) if source.language_field else None
+        if hint or source.language:
+            metadata["language_hint"] = str(hint or source.language)
+        return {"text": text, "id": str(doc_id), "metadata": metadata}
+
+
+class _Skips:
+    """Counts and samples skipped records for one reader step."""
+
+    def __init__(self, step):
+        self.step = step
+        self.samples: Counter = Counter()
+
+    def __call__(self, reason: str, where: str, detail: str = "") -> None:
+        self.step.stat_update(f"skipped_{reason}")
+        if self.samples[reason] < _SAMPLES_PER_REASON:
+            self.samples[reason] += 1
+            log.warning("skipped (%s) %s%s", reason, where, f": {detail}" if detail else "")
+
+
+def _text_problem(data: Any, text_field: str) -> str | None:
+    if not isinstance(data, dict):
+        return "not_an_object"
+    text = data.get(text_field)
+    if text is None or text == "":
+        return "missing_text"
+    if not isinstance(text, str):
+        return "text_not_string"
+    if not text.strip():
+        return "blank_text"
+    return None
+
+
+class RobustJsonlReader(SourceMapping, BaseDiskReader):
+    """JSONL (plain, .gz, .zst) read line by line in binary, so one bad line costs one document.
+
+    datatrove's JsonlReader stops a whole file at the first non-UTF-8 byte and crashes on a
+    truncated gzip or a line that is not a JSON object; this reader skips and counts instead.
+    """
+
+    name = "🐿 JSONL"
+    _requires_dependencies = ("orjson",)
+
+    def __init__(
+        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
+    ):
+        super().__init__(
+            data_folder,
+            paths_file=paths_file,
+            limit=limit,
+            text_key=source.text_field,
+            id_key=source.id_field,
+            glob_pattern=glob_pattern,
+            add_file_path=False,
+        )
+        self.source = source
+
+    def read_file(self, filepath: str):
+        import orjson
+
+        skip = _Skips(self)
+        lines = 0
+        try:
+            with self.data_folder.open(filepath, "rb", compression="infer") as f:
+                for lineno, raw in enumerate(f, start=1):
+                    lines += 1
+                    where = f"{filepath}:{lineno}"
+                    if not raw.strip():
+                        continue
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        skip("bad_utf8", where, str(e))
+                        continue
+                    try:
+                        data = orjson.loads(line)
+                    except orjson.JSONDecodeError as e:
+                        skip("bad_json", where, str(e))
+                        continue
+                    problem = _text_problem(data, self.source.text_field)
+                    if problem:
+                        skip(problem, where, f"field {self.source.text_field!r}")
+                        continue
+                    with self.track_time():
+                        document = self.get_document_from_dict(data, filepath, lineno)
+                    if document:
+                        yield document
+        except (EOFError, zlib.error, OSError) as e:
+            # A truncated or corrupt compressed file: keep what was read, count the file.
+            skip("truncated_file", filepath, f"after {lines} lines: {e}")
+            return
+        if lines == 0:
+            skip("empty_file", filepath)
+
+
+class GuardedParquetReader(SourceMapping, ParquetReader):
+    """datatrove's Parquet reader, with corrupt files and bad rows counted instead of crashing."""
+
+    name = "📒 Parquet"
+
+    def __init__(
+        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
+    ):
+        super().__init__(
+            data_folder,
+            paths_file=paths_file,
+            limit=limit,
+            text_key=source.text_field,
+            id_key=source.id_field,
+            glob_pattern=glob_pattern,
+        )
+        self.source = source
+
+    def get_document_from_dict(self, data, source_file, id_in_file):
+        problem = _text_problem(data, self.source.text_field)
+        if problem:
+            _Skips(self)(problem, f"{source_file}:{id_in_file}")
+            return None
+        return super().get_document_from_dict(data, source_file, id_in_file)
+
+    def read_file(self, filepath: str):
+        try:
+            yield from super().read_file(filepath)
+        except Exception as e:  # pyarrow raises several types for a corrupt or truncated file
+            _Skips(self)("corrupt_file", filepath, f"{type(e).__name__}: {e}")
+
+
+class WarcHtmlReader(SourceMapping, BaseDiskReader):
+    """WARC response records with HTML, reduced to their main text with trafilatura.
+
+    datatrove's WarcReader needs libmagic and cchardet; HTTP headers give the content type and
+    charset we need, and undecodable bytes are replaced (counted) rather than dropping a page.
+    """
+
+    name = "🕷 WARC"
+    _requires_dependencies = ("warcio", "trafilatura")
+
+    def __init__(
+        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
+    ):
+        super().__init__(
+            data_folder,
+            paths_file=paths_file,
+            limit=limit,
+            glob_pattern=glob_pattern,
+            add_file_path=False,
+        )
+        self.source = source
+
+    def read_file(self, filepath: str):
+        import trafilatura
+        from warcio.archiveiterator import ArchiveIterator
+        from warcio.exceptions import ArchiveLoadFailed
+
+        skip = _Skips(self)
+        if filepath.endswith(".gz"):
+            # warcio reads a cut gzip member as a shorter file without complaint; check the
+            # stream first so a truncated download is counted, then keep what is readable.
+            try:
+                with self.data_folder.open(filepath, "rb") as raw, gzip.GzipFile(fileobj=raw) as g:
+                    while g.read(1 << 20):
+                        pass
+            except (EOFError, zlib.error, OSError) as e:
+                skip("truncated_file", filepath, str(e))
+        n = 0
+        try:
+            with self.data_folder.open(filepath, "rb") as f:
+                for n, record in enumerate(ArchiveIterator(f), start=1):
+                    if record.rec_type != "response" or record.http_headers is None:
+                        continue
+                    content_type = record.http_headers.get_header("Content-Type") or ""
+                    if "html" not in content_type.lower():
+                        self.stat_update("not_html")
+                        continue
+                    charset = "utf-8"
+                    if "charset=" in content_type.lower():
+                        charset = content_type.lower().split("charset=")[1].split(";")[0].strip()
+                    payload = record.content_stream().read()
+                    try:
+                        html = payload.decode(charset)
+                    except (UnicodeDecodeError, LookupError):
+                        self.stat_update("decoded_with_replacement")
+                        html = payload.decode("utf-8", errors="replace")
+                    text = trafilatura.extract(html, favor_precision=True) or ""
+                    url = record.rec_headers.get_header("WARC-Target-URI")
+                    data = {
+                        self.source.text_field: text,
+                        self.source.id_field: record.rec_headers.get_header("WARC-Record-ID"),
+                        **({self.source.url_field: url} if self.source.url_field else {}),
+                    }
+                    if not text.strip():
+                        skip("no_main_text", f"{filepath} record {n}", url or "")
+                        continue
+                    document = self.get_document_from_dict(data, filepath, n)
+                    if document:
+                        yield document
+        except (ArchiveLoadFailed, EOFError, zlib.error, OSError) as e:
+            skip("truncated_file", filepath, f"after {n} records: {e}")
+
+
+class HubDatasetReader(SourceMapping, HuggingFaceDatasetReader):
+    """A Hugging Face Hub dataset, streamed (real runs; e.g. FineWeb-2 by config and split)."""
+
+    def __init__(self, source: Source, limit: int = -1):
+        options = {"split": source.hf_split}
+        if source.hf_config:
+            options["name"] = source.hf_config
+        super().__init__(
+            source.path,
+            dataset_options=options,
+            streaming=True,
+            limit=limit,
+            text_key=source.text_field,
+            id_key=source.id_field,
+        )
+        self.source = source
+
+
+def make_reader(source: Source, *, paths_file: str | None = None, limit: int = -1):
+    """The datatrove reader step for `source` (its path already resolved to a folder or file)."""
+    if source.reader == "huggingface":
+        return HubDatasetReader(source, limit=limit)
+    readers = {"jsonl": RobustJsonlReader, "parquet": GuardedParquetReader, "warc": WarcHtmlReader}
+    folder, glob = resolve_folder(source)
+    return readers[source.reader](
+        folder,
+        source,
+        paths_file=paths_file,
+        limit=limit,
+        glob_pattern=None if paths_file else glob,
+    )
+
+
+def resolve_folder(source: Source) -> tuple[str, str | None]:
+    """(folder, glob) for a path that may name a single file or a directory."""
+    path = source.path
+    if path.startswith("hf://") or not _is_file(path):
+        return path, source.glob
+    parent, name = path.rsplit("/", 1) if "/" in path else (".", path)
+    return parent, name
+
+
+def _is_file(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).is_file()

@@ -1,0 +1,58 @@
+"""Step `data_select`: quality and toxicity thresholds per language, PII, the corpus files.
+
+    python -m apertus.data.select --config JSON --manifest M --input-dir DIR --output-dir DIR ...
+
+Thresholds are computed on the deduplicated data (quality keeps the top `keep_fraction` per
+language, toxicity drops the top `drop_fraction`) and recorded in the manifest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from apertus.core.stage import StepRun, run_main
+from apertus.data.config import DataConfig
+from apertus.data.pipeline import collect_scores, run_pipeline, select_steps, step_stats
+from apertus.data.steps import data_parser
+
+
+def main(argv=None):
+    from apertus.data.classifiers import compute_thresholds
+
+    parser = data_parser(__doc__.splitlines()[0])
+    parser.add_argument("--input-dir", type=Path, required=True)
+    parser.add_argument("--output-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    cfg = DataConfig.from_dict(args.config)
+    with StepRun(
+        "data",
+        "select",
+        args.config,
+        inputs=[args.input_dir],
+        outputs=[args.output_dir],
+        manifest=args.manifest,
+    ) as step:
+        thresholds = {}
+        for spec in (cfg.quality, cfg.toxicity):
+            if spec.enabled:
+                scores = collect_scores(args.input_dir, spec.score_key)
+                thresholds[spec.task] = compute_thresholds(
+                    scores, spec.fraction, keep=spec.keep, min_documents=spec.min_documents
+                )
+                step.summary[f"{spec.task}_scored"] = {k: len(v) for k, v in scores.items()}
+        step.summary["thresholds"] = thresholds
+        stats = run_pipeline(
+            select_steps(
+                cfg,
+                input_root=args.input_dir,
+                thresholds=thresholds,
+                output_dir=args.output_dir,
+                funnel_dir=args.output_dir / "_funnel",
+            ),
+            logging_dir=args.datatrove_logs,
+        )
+        step.summary["stats"] = step_stats(stats)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,201 @@
+"""Readers: every source format maps onto the document contract, and bad input is skipped and
+counted per reason, never crashing and never dropping good lines around it."""
+
+import gzip
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from apertus.data.config import Source
+from apertus.data.readers import make_reader
+
+
+def source(path, reader="jsonl", **kw):
+    return Source(name="web", reader=reader, path=str(path), kind="web", **kw)
+
+
+def read(src):
+    reader = make_reader(src)
+    docs = list(reader.run())
+    counters = {k: v.total if hasattr(v, "total") else v for k, v in reader.stats.stats.items()}
+    return docs, counters
+
+
+def good(i):
+    return json.dumps({"id": f"d{i}", "text": f"document {i}", "url": f"https://x.ch/{i}"})
+
+
+def test_fields_map_onto_the_document_contract(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text(
+        json.dumps({"body": "Grüezi", "uid": 7, "link": "https://www.zueri.ch/a", "lang": "de"})
+        + "\n"
+        + json.dumps({"body": "no id here"})
+        + "\n"
+    )
+    docs, _ = read(
+        source(
+            path,
+            text_field="body",
+            id_field="uid",
+            url_field="link",
+            language_field="lang",
+            language="rm",
+        )
+    )
+    assert [d.text for d in docs] == ["Grüezi", "no id here"]
+    assert docs[0].id == "7"
+    assert docs[0].metadata == {
+        "source": "web",
+        "kind": "web",
+        "url": "https://www.zueri.ch/a",
+        "language_hint": "de",
+    }
+    assert docs[1].id == "web/a.jsonl/2"  # generated from file and line
+    assert docs[1].metadata["language_hint"] == "rm"  # the source's hint when the doc has none
+
+
+def test_bad_lines_are_skipped_counted_and_good_lines_around_them_kept(tmp_path, caplog):
+    path = tmp_path / "mixed.jsonl"
+    lines = [
+        good(1).encode(),
+        b'{"id": "broken", "text": "no closing brace"',
+        good(2).encode(),
+        b'{"id": "latin1", "text": "caf\xe9"}',  # not UTF-8
+        b'["an", "array"]',
+        b'{"id": "notext"}',
+        b'{"id": "num", "text": 42}',
+        b'{"id": "blank", "text": "   "}',
+        b"",
+        good(3).encode(),
+    ]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with caplog.at_level("WARNING", logger="apertus.data.readers"):
+        docs, stats = read(source(path))
+    assert [d.id for d in docs] == ["d1", "d2", "d3"]
+    for reason in (
+        "bad_json",
+        "bad_utf8",
+        "not_an_object",
+        "missing_text",
+        "text_not_string",
+        "blank_text",
+    ):
+        assert stats[f"skipped_{reason}"] == 1, reason
+    assert "mixed.jsonl:2" in caplog.text  # the sample in the log names file and line
+
+
+def test_truncated_gzip_keeps_what_was_read_and_counts_the_file(tmp_path):
+    data = gzip.compress(("\n".join(good(i) for i in range(2000)) + "\n").encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    docs, stats = read(source(path))
+    assert 0 < len(docs) < 2000
+    assert stats["skipped_truncated_file"] == 1
+
+
+def test_empty_file_is_counted(tmp_path):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    docs, stats = read(source(tmp_path / "empty.jsonl"))
+    assert docs == [] and stats["skipped_empty_file"] == 1
+
+
+def test_directory_with_glob_reads_matching_files(tmp_path):
+    (tmp_path / "part").mkdir()
+    (tmp_path / "part" / "a.jsonl").write_text(good(1) + "\n")
+    (tmp_path / "part" / "b.jsonl").write_text(good(2) + "\n")
+    (tmp_path / "part" / "notes.txt").write_text("not data")
+    docs, _ = read(source(tmp_path, glob="**/*.jsonl"))
+    assert sorted(d.id for d in docs) == ["d1", "d2"]
+
+
+def test_limit_caps_documents_read(tmp_path):
+    (tmp_path / "a.jsonl").write_text("".join(good(i) + "\n" for i in range(10)))
+    assert len(list(make_reader(source(tmp_path / "a.jsonl"), limit=4).run())) == 4
+
+
+def test_parquet_rows_and_a_corrupt_file(tmp_path):
+    table = pa.table(
+        {
+            "id": ["p1", "p2", "p3"],
+            "text": ["first", None, "third"],
+            "url": ["https://a.de/1", "https://a.de/2", None],
+        }
+    )
+    pq.write_table(table, tmp_path / "good.parquet")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
+    docs, stats = read(source(tmp_path, reader="parquet", glob="*.parquet"))
+    assert [d.id for d in docs] == ["p1", "p3"]
+    assert docs[0].metadata["url"] == "https://a.de/1" and "url" not in docs[1].metadata
+    assert stats["skipped_missing_text"] == 1
+    assert stats["skipped_corrupt_file"] == 1
+
+
+def _warc(path, pages):
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    with open(path, "wb") as f:
+        writer = WARCWriter(f, gzip=True)
+        for url, content_type, body in pages:
+            headers = StatusAndHeaders(
+                "200 OK", [("Content-Type", content_type)], protocol="HTTP/1.1"
+            )
+            record = writer.create_warc_record(
+                url, "response", payload=io.BytesIO(body), http_headers=headers
+            )
+            writer.write_record(record)
+
+
+ARTICLE = (
+    "<html><head><title>Alpen</title></head><body><nav>Home | About</nav><article>"
+    + "".join(
+        f"<p>Die Wanderung über den Pass dauert {i} Stunden und bietet eine schöne Aussicht auf "
+        "die Berge und die Seen der Region, die im Sommer viele Gäste anziehen.</p>"
+        for i in range(3, 9)
+    )
+    + "</article><footer>© 2024</footer></body></html>"
+)
+
+
+def test_warc_html_is_reduced_to_main_text(tmp_path):
+    path = tmp_path / "crawl.warc.gz"
+    _warc(
+        path,
+        [
+            ("https://www.alpen.ch/pass", "text/html; charset=utf-8", ARTICLE.encode()),
+            ("https://www.alpen.ch/logo.png", "image/png", b"\x89PNG..."),
+            (
+                "https://www.alpen.ch/latin",
+                "text/html; charset=iso-8859-1",
+                ARTICLE.encode("latin-1"),
+            ),
+        ],
+    )
+    docs, stats = read(source(path, reader="warc"))
+    assert len(docs) == 2
+    assert "Wanderung über den Pass" in docs[0].text and "Home | About" not in docs[0].text
+    assert "Wanderung über den Pass" in docs[1].text  # decoded with the declared charset
+    assert docs[0].metadata["url"] == "https://www.alpen.ch/pass"
+    assert stats["not_html"] == 1
+
+
+def test_truncated_warc_is_counted(tmp_path):
+    path = tmp_path / "cut.warc.gz"
+    _warc(path, [("https://a.ch/x", "text/html", ARTICLE.encode())] * 3)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    docs, stats = read(source(path, reader="warc"))
+    assert len(docs) >= 1 and stats["skipped_truncated_file"] == 1
+
+
+@pytest.mark.parametrize("reader", ["jsonl", "parquet", "warc"])
+def test_reader_is_picklable(tmp_path, reader):
+    import pickle
+
+    (tmp_path / "a.jsonl").write_text(good(1) + "\n")
+    step = make_reader(source(tmp_path, reader=reader))
+    assert pickle.loads(pickle.dumps(step)).source.name == "web"
