@@ -23,6 +23,7 @@ from datatrove.executor import LocalPipelineExecutor
 from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
 
+from apertus.core import ApertusError
 from apertus.data.config import DataConfig, Source
 from apertus.data.funnel import FunnelCheckpoint
 
@@ -134,9 +135,15 @@ def classifier_model(spec, trained_dir: Path | None) -> dict[str, Any]:
     """Constructor arguments of the classifier backend."""
     if spec.backend == "ngram":
         if trained_dir is None:
-            raise ValueError(f"the {spec.task} ngram classifier was not trained")
+            raise ApertusError(
+                f"the {spec.task} ngram classifier was not trained (data_classifiers)"
+            )
         return {"model_dir": str(trained_dir)}
-    return {"encoder": spec.encoder, "head": spec.head, "task": spec.task}
+    if not spec.head:
+        raise ApertusError(
+            f"data.{spec.task}.head must name the MLP head weights of the xlmr backend"
+        )
+    return {"encoder": spec.encoder, "head": spec.head}
 
 
 def files_by_language(dirs: list[Path]) -> dict[str, list[Path]]:

@@ -72,7 +72,7 @@ def main(argv=None):
         for spec, path, out in zip(tasks, inputs, outputs, strict=True):
             texts, labels = read_labels(path)
             step.summary[spec.task] = train_ngram_classifier(
-                texts, labels, out, seed=spec.seed, epochs=spec.epochs
+                texts, labels, out, seed=spec.seed, epochs=spec.epochs, task=spec.task
             )
 
 
