@@ -8,12 +8,15 @@ language, toxicity drops the top `drop_fraction`) and recorded in the manifest.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from apertus.core.stage import StepRun, run_main
 from apertus.data.config import DataConfig
 from apertus.data.pipeline import collect_scores, run_pipeline, select_steps, step_stats
 from apertus.data.steps import data_parser
+
+log = logging.getLogger("apertus.data")
 
 
 def main(argv=None):
@@ -32,6 +35,11 @@ def main(argv=None):
         outputs=[args.output_dir],
         manifest=args.manifest,
     ) as step:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        if not any(args.input_dir.rglob("*.jsonl.gz")):
+            log.warning("no documents survived the earlier filters: the corpus is empty")
+            step.summary["documents"] = 0
+            return
         thresholds = {}
         for spec in (cfg.quality, cfg.toxicity):
             if spec.enabled:

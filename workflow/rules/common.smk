@@ -2,6 +2,8 @@
 # Nothing else lives here; a stage's rules live in workflow/rules/<stage>.smk.
 
 import os
+import shlex
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -44,6 +46,9 @@ if config["offline"]:
     )
 
 RUN_DIR = Path(config["results_dir"]) / config["run"]
+
+# Steps run with the Python that runs Snakemake (the project's environment), whatever PATH says.
+PYTHON = shlex.quote(sys.executable)
 
 # Final outputs of each stage; stages append theirs, `rule all` asks for all of them.
 TARGETS = []
