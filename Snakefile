@@ -4,9 +4,8 @@
 
 
 include: "workflow/rules/common.smk"
-
-
-# Stage rule files are included here, in pipeline order, once they do real work.
+# Stage rule files, in pipeline order; a stage is included once it does real work.
+include: "workflow/rules/data.smk"
 
 
 check_stage_contract()

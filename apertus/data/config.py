@@ -51,12 +51,15 @@ class Language:
     min_score: float = 0.5
     min_score_by_language: dict[str, float] = field(default_factory=dict)
     languages: tuple[str, ...] | None = None
+    trust_hint_for: tuple[str, ...] = ()
+    exempt_kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Heuristics:
     families: tuple[str, ...] = ()
     languages: tuple[str, ...] | None = None
+    exempt_kinds: tuple[str, ...] = ()
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 

@@ -146,6 +146,10 @@ class LanguageTagger(PipelineStep):
     U+FFFD for the prediction only (stat ``invalid_unicode``). Each predicted label is counted
     (stat ``language_<label>``).
 
+    `trust_hint_for` names languages the model cannot identify (ft176 reads Rumantsch Grischun
+    as Italian): a document whose ``language_hint`` is one of them keeps the hint as its language,
+    with the model's probability for that label as its score (stat ``hint_trusted``).
+
     The model is loaded lazily in the worker: datatrove pickles the steps, and a loaded fastText
     model cannot be pickled.
     """
@@ -158,6 +162,7 @@ class LanguageTagger(PipelineStep):
         backend: str = "ft176",
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
+        trust_hint_for: Sequence[str] = (),
     ):
         super().__init__()
         if backend not in BACKENDS:
@@ -167,6 +172,7 @@ class LanguageTagger(PipelineStep):
         self.backend = backend
         self.model_path = str(model_path) if model_path is not None else None
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
+        self.trust_hint_for = frozenset(trust_hint_for)
         self._model: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -203,12 +209,26 @@ class LanguageTagger(PipelineStep):
         # fastText's softmax can exceed 1 by float error (e.g. 1.00001).
         return labels[0].removeprefix(_LABEL_PREFIX), min(1.0, float(probs[0]))
 
+    def label_probability(self, text: str, language: str) -> float:
+        """The model's probability that `text` is in `language` (0 when it has no such label)."""
+        line = text.replace("\n", " ").encode("utf-8", errors="replace").decode("utf-8")
+        labels, probs = self.model.predict(line, k=-1)
+        for label, prob in zip(labels, probs, strict=True):
+            if label.removeprefix(_LABEL_PREFIX) == language:
+                return min(1.0, float(prob))
+        return 0.0
+
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         for doc in data:
             if not doc.text or not doc.text.strip():
                 self.stat_update("empty")
+            hint = doc.metadata.get("language_hint")
             with self.track_time():
-                language, score = self.predict(doc.text)
+                if hint in self.trust_hint_for and doc.text.strip():
+                    language, score = hint, self.label_probability(doc.text, hint)
+                    self.stat_update("hint_trusted")
+                else:
+                    language, score = self.predict(doc.text)
             doc.metadata["language"] = language
             doc.metadata["language_score"] = score
             self.stat_update(f"language_{language}")
@@ -229,6 +249,9 @@ class LanguageFilter(BaseFilter):
     A document without ``language``/``language_score`` metadata means `LanguageTagger` did not
     run upstream: that is a pipeline mistake, so it raises `ApertusError` instead of silently
     dropping the whole corpus.
+
+    Documents of a kind in `exempt_kinds` (code, math: natural-language ID means little there)
+    pass (stat ``exempt``).
     """
 
     name = "🌐 language score"
@@ -238,9 +261,11 @@ class LanguageFilter(BaseFilter):
         min_score: float = 0.65,
         min_score_by_language: Mapping[str, float] | None = None,
         languages: Sequence[str] | None = None,
+        exempt_kinds: Sequence[str] = (),
         exclusion_writer: DiskWriter | None = None,
     ):
         super().__init__(exclusion_writer)
+        self.exempt_kinds = frozenset(exempt_kinds)
         _check_score("min_score", min_score)
         for language, score in (min_score_by_language or {}).items():
             _check_score(f"min_score_by_language[{language!r}]", score)
@@ -253,6 +278,9 @@ class LanguageFilter(BaseFilter):
         self.languages = frozenset(languages) if languages is not None else None
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if doc.metadata.get("kind") in self.exempt_kinds:
+            self.stat_update("exempt")
+            return True
         language = doc.metadata.get("language")
         score = doc.metadata.get("language_score")
         if not isinstance(language, str) or not isinstance(score, int | float):

@@ -25,6 +25,7 @@ def main(argv=None):
     parser = stage_parser("data", __doc__.splitlines()[0])
     parser.add_argument("--output-dir", type=Path, required=True)
     args = parser.parse_args(argv)
+    sample = args.config["sample"]
     outputs = [args.output_dir / name for name in SAMPLE_FILES]
     with StepRun(
         "data",
@@ -33,11 +34,11 @@ def main(argv=None):
         inputs=[],
         outputs=outputs,
         manifest=args.manifest,
-        seed=args.config["seed"],
+        seed=sample["seed"],
     ) as step:
         step.summary.update(
             make_sample_corpus(
-                args.output_dir, seed=args.config["seed"], target_bytes=args.config["target_bytes"]
+                args.output_dir, seed=sample["seed"], target_bytes=sample["target_bytes"]
             )
         )
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,9 @@ def filter_steps(
     lang = cfg.language
     steps: list = [
         make_reader(source, limit=limit),
-        LanguageTagger(backend=lang.backend, model_path=lang.model_path),
+        LanguageTagger(
+            backend=lang.backend, model_path=lang.model_path, trust_hint_for=lang.trust_hint_for
+        ),
         FunnelCheckpoint("read", funnel_dir, job),
     ]
     if cfg.robots.enabled:
@@ -104,6 +105,7 @@ def filter_steps(
             min_score=lang.min_score,
             min_score_by_language=lang.min_score_by_language,
             languages=lang.languages,
+            exempt_kinds=lang.exempt_kinds,
         ),
         FunnelCheckpoint("language", funnel_dir, job),
     ]
@@ -113,6 +115,7 @@ def filter_steps(
                 family,
                 languages=cfg.heuristics.languages,
                 options=cfg.heuristics.options.get(family) or {},
+                exempt_kinds=cfg.heuristics.exempt_kinds,
             ),
             FunnelCheckpoint(family, funnel_dir, job),
         ]
@@ -177,7 +180,11 @@ def dedup_language(
     funnel_dir: Path,
     workers: int,
 ) -> dict[str, Any]:
-    """MinHash then exact dedup of one language across every source (datatrove's stages)."""
+    """Exact then MinHash dedup of one language across every source (datatrove's stages).
+
+    Exact first: it is cheap and catches verbatim copies, so MinHash counts only near copies.
+    Each pass reads the previous pass's output and the last one writes to `output_dir`.
+    """
     from datatrove.pipeline.dedup import (
         MinhashDedupBuckets,
         MinhashDedupCluster,
@@ -192,72 +199,74 @@ def dedup_language(
     )
     from datatrove.pipeline.dedup.minhash import MinhashConfig
 
-    stats: dict[str, Any] = {}
     work_dir.mkdir(parents=True, exist_ok=True)
     listing = work_dir / "inputs.txt"
     listing.write_text("".join(f"{Path(f).resolve().relative_to('/')}\n" for f in files))
-
-    def reader(root: Path | str, pattern: str | None):
-        if pattern is None:  # the listed input files, paths relative to "/"
-            return JsonlReader("/", paths_file=str(listing), add_file_path=False)
-        return JsonlReader(str(root), glob_pattern=pattern, add_file_path=False)
-
-    current_root, current_glob = "/", None
+    passes = [
+        name for name, on in (("exact", cfg.dedup.exact), ("minhash", cfg.dedup.minhash)) if on
+    ]
     job = f"dedup-{language}"
-    if cfg.dedup.minhash:
-        mh = MinhashConfig(
-            n_grams=cfg.dedup.ngrams,
-            num_buckets=cfg.dedup.buckets,
-            hashes_per_bucket=cfg.dedup.hashes_per_bucket,
-        )
-        w = work_dir / "minhash"
-        tok_lang = _word_tokenizer_language(language)
-        run_pipeline(
+    stats: dict[str, Any] = {}
+    previous: Path | None = None  # None: the listed input files
+
+    def reader():
+        if previous is None:  # paths in the listing are relative to "/"
+            return JsonlReader("/", paths_file=str(listing), add_file_path=False)
+        return JsonlReader(str(previous), glob_pattern="**/*.jsonl.gz", add_file_path=False)
+
+    for i, name in enumerate(passes):
+        w = work_dir / name
+        out = output_dir if i == len(passes) - 1 else w / "out"
+        if name == "exact":
+            exact = ExactDedupConfig(content_getter=exact_dedup_content)
+            run_pipeline(
+                [reader(), ExactDedupSignature(str(w / "sigs"), exact)],
+                logging_dir=w / "logs" / "signatures",
+            )
+            run_pipeline(
+                [ExactFindDedups(str(w / "sigs"), str(w / "dups"), exact)],
+                logging_dir=w / "logs" / "find",
+            )
+            drop = ExactDedupFilter(str(w / "dups"), exact)
+        else:
+            mh = MinhashConfig(
+                n_grams=cfg.dedup.ngrams,
+                num_buckets=cfg.dedup.buckets,
+                hashes_per_bucket=cfg.dedup.hashes_per_bucket,
+            )
+            run_pipeline(
+                [
+                    reader(),
+                    MinhashDedupSignature(str(w / "sigs"), mh, _word_tokenizer_language(language)),
+                ],
+                logging_dir=w / "logs" / "signatures",
+            )
+            run_pipeline(
+                [MinhashDedupBuckets(str(w / "sigs"), str(w / "buckets"), config=mh)],
+                logging_dir=w / "logs" / "buckets",
+                tasks=mh.num_buckets,
+                workers=workers,
+            )
+            run_pipeline(
+                [MinhashDedupCluster(str(w / "buckets"), str(w / "remove_ids"), config=mh)],
+                logging_dir=w / "logs" / "cluster",
+            )
+            drop = MinhashDedupFilter(str(w / "remove_ids"))
+        stats[name] = run_pipeline(
             [
-                reader(current_root, current_glob),
-                MinhashDedupSignature(str(w / "sigs"), mh, tok_lang),
-            ],
-            logging_dir=w / "logs" / "signatures",
-        )
-        run_pipeline(
-            [MinhashDedupBuckets(str(w / "sigs"), str(w / "buckets"), config=mh)],
-            logging_dir=w / "logs" / "buckets",
-            tasks=mh.num_buckets,
-            workers=workers,
-        )
-        run_pipeline(
-            [MinhashDedupCluster(str(w / "buckets"), str(w / "remove_ids"), config=mh)],
-            logging_dir=w / "logs" / "cluster",
-        )
-        stats["minhash"] = run_pipeline(
-            [
-                reader(current_root, current_glob),
-                MinhashDedupFilter(str(w / "remove_ids")),
-                FunnelCheckpoint("minhash", funnel_dir, job),
-                JsonlWriter(str(w / "out"), output_filename=_INTERMEDIATE),
+                reader(),
+                drop,
+                FunnelCheckpoint(name, funnel_dir, job),
+                JsonlWriter(str(out), output_filename=_INTERMEDIATE),
             ],
             logging_dir=w / "logs" / "filter",
         )
-        current_root, current_glob = w / "out", f"{language}/*.jsonl.gz"
-    exact = ExactDedupConfig(content_getter=exact_dedup_content)
-    e = work_dir / "exact"
-    final_steps: list = [reader(current_root, current_glob)]
-    if cfg.dedup.exact:
-        run_pipeline(
-            [reader(current_root, current_glob), ExactDedupSignature(str(e / "sigs"), exact)],
-            logging_dir=e / "logs" / "signatures",
+        previous = out
+    if not passes:
+        stats["copy"] = run_pipeline(
+            [reader(), JsonlWriter(str(output_dir), output_filename=_INTERMEDIATE)],
+            logging_dir=work_dir / "logs" / "copy",
         )
-        run_pipeline(
-            [ExactFindDedups(str(e / "sigs"), str(e / "dups"), exact)],
-            logging_dir=e / "logs" / "find",
-        )
-        final_steps += [
-            ExactDedupFilter(str(e / "dups"), exact),
-            FunnelCheckpoint("exact", funnel_dir, job),
-        ]
-    final_steps.append(JsonlWriter(str(output_dir), output_filename=_INTERMEDIATE))
-    stats["exact"] = run_pipeline(final_steps, logging_dir=e / "logs" / "filter")
-    shutil.rmtree(work_dir / "minhash" / "out", ignore_errors=True)
     return stats
 
 

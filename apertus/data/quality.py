@@ -179,6 +179,8 @@ class HeuristicQualityFilter(BaseFilter):
             language that has a word tokenizer here.
         options: constructor options of the family's datatrove filter, overriding
             `FAMILY_DEFAULTS` for every language; unknown names raise ValueError.
+        exempt_kinds: source kinds that pass unjudged (stat ``exempt``): the rules are made for
+            prose, and would drop code and formulas for their symbols and short lines.
         exclusion_writer: where dropped documents are written, with their reason.
 
     A document without ``metadata["language"]`` means `LanguageTagger` did not run upstream, a
@@ -192,8 +194,10 @@ class HeuristicQualityFilter(BaseFilter):
         family: str,
         languages: Sequence[str] | None = None,
         options: Mapping[str, Any] | None = None,
+        exempt_kinds: Sequence[str] = (),
         exclusion_writer: DiskWriter | None = None,
     ):
+        self.exempt_kinds = frozenset(exempt_kinds)
         allowed = family_option_names(family)
         # Set before the base class names the stats, so the chained blocks read apart in logs.
         self.name = f"{type(self).name} ({family})"
@@ -271,6 +275,9 @@ class HeuristicQualityFilter(BaseFilter):
         return {"stop_words": list(words)}
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if doc.metadata.get("kind") in self.exempt_kinds:
+            self.stat_update("exempt")
+            return True
         language = doc.metadata.get("language")
         if not isinstance(language, str) or not language:
             raise ApertusError(

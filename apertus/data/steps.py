@@ -41,15 +41,18 @@ def sources_of(cfg: DataConfig, sample_dir: Path | None) -> list[Source]:
     return sources
 
 
+def local_files(source: Source) -> list[Path]:
+    """Local files a (resolved) source reads: none for the Hub, the file, or the directory's
+    files matching `glob`. A path that does not exist yet (the sample corpus, before it is
+    made) counts as one file."""
+    if source.reader == "huggingface" or source.path.startswith("hf://"):
+        return []
+    path = Path(source.path)
+    if path.is_dir():
+        return sorted(p for p in path.glob(source.glob or "**/*") if p.is_file())
+    return [path]
+
+
 def source_paths(cfg: DataConfig, sample_dir: Path | None) -> list[Path]:
-    """Local input files of the sources (hashed into the manifest)."""
-    paths = []
-    for source in sources_of(cfg, sample_dir):
-        if source.reader == "huggingface" or source.path.startswith("hf://"):
-            continue
-        path = Path(source.path)
-        if path.is_file():
-            paths.append(path)
-        else:
-            paths += sorted(p for p in path.glob(source.glob or "**/*") if p.is_file())
-    return paths
+    """Local input files of all sources (hashed into the manifest)."""
+    return [p for source in sources_of(cfg, sample_dir) for p in local_files(source)]

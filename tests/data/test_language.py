@@ -326,3 +326,36 @@ def test_language_filter_pickles():
     step = pickle.loads(pickle.dumps(LanguageFilter(0.7, {"rm": 0.2}, ["de", "rm"])))
     kept = list(step.run(iter([tagged("rm", 0.25), tagged("de", 0.6), tagged("it", 0.99)])))
     assert [d.id for d in kept] == ["rm-0.25"]
+
+
+ROMANSH_TEXT = (
+    "La Lia Rumantscha promova la lingua rumantscha en l'entir chantun. "
+    "Ils uffants emprendan a scola il rumantsch grischun sco emprima lingua. "
+    "La regenza ha decidì da sustegnair ils meds da massa rumantschs er l'onn proxim."
+)
+
+
+def test_trusted_hint_keeps_romansh_with_the_models_own_probability():
+    plain = LanguageTagger()
+    trusting = LanguageTagger(trust_hint_for=["rm"])
+    doc = Document(text=ROMANSH_TEXT, id="rm1", metadata={"language_hint": "rm"})
+    other = Document(text=ROMANSH_TEXT, id="rm2", metadata={"language_hint": "it"})
+    assert plain.predict(ROMANSH_TEXT)[0] != "rm"  # why the knob exists
+    out = list(trusting.run(iter([doc, other])))
+    assert out[0].metadata["language"] == "rm"
+    expected = trusting.label_probability(ROMANSH_TEXT, "rm")
+    assert out[0].metadata["language_score"] == expected and 0 < expected < 0.5
+    assert out[1].metadata["language"] == plain.predict(ROMANSH_TEXT)[0]  # hint not trusted
+    assert trusting.stats.stats["hint_trusted"].total == 1
+
+
+def test_exempt_kinds_pass_the_language_filter():
+    code = Document(
+        text="x = 1", id="c", metadata={"kind": "code", "language": "en", "language_score": 0.1}
+    )
+    web = Document(
+        text="x = 1", id="w", metadata={"kind": "web", "language": "en", "language_score": 0.1}
+    )
+    language_filter = LanguageFilter(min_score=0.5, exempt_kinds=["code"])
+    assert language_filter.filter(code) is True
+    assert language_filter.filter(web) == (False, "low_language_score")

@@ -611,3 +611,13 @@ def test_blocks_compose_in_a_multiprocess_datatrove_pipeline(tmp_path):
     assert c4["line-filter-too_few_words"] == 2 * 6  # blank lines between paragraphs, en + ru
     # The empty document is tagged "und", which is not selected.
     assert by_name["🔻 - FILTER: 🌐 language score"]["dropped_language_not_selected"] == 2
+
+
+def test_exempt_kinds_pass_the_heuristics_untouched():
+    code = "def f(x):\n    return {x: [1, 2, 3]}\n" * 3
+    doc = Document(text=code, id="c", metadata={"kind": "code", "language": "en"})
+    web = Document(text=code, id="w", metadata={"kind": "web", "language": "en"})
+    heuristic = HeuristicQualityFilter("c4", exempt_kinds=["code", "math"])
+    assert heuristic.filter(doc) is True and doc.text == code
+    assert heuristic.filter(web) is not True
+    assert heuristic.stats.stats["exempt"].total == 1

@@ -31,7 +31,7 @@ rule toy_a:
     resources:
         **stage_job_resources("toy_a"),
     shell:
-        PYTHON + " -m toy_stage a --config {params.config:q} --manifest {output.manifest} "
+        "python -m toy_stage a --config {params.config:q} --manifest {output.manifest} "
         "--output {output.text} > {log} 2>&1"
 
 
@@ -51,7 +51,7 @@ rule toy_b:
     resources:
         **stage_job_resources("toy_b"),
     shell:
-        PYTHON + " -m toy_stage b --config {params.config:q} --manifest {output.manifest} "
+        "python -m toy_stage b --config {params.config:q} --manifest {output.manifest} "
         "--input {input.text} --output {output.text} > {log} 2>&1"
 
 

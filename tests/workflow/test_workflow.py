@@ -8,9 +8,11 @@ from tests.conftest import REPO, run_tool
 pytestmark = pytest.mark.slow
 
 
-def test_dry_run_shows_the_dag():
-    proc = run_tool("snakemake", "-n", check=True)
-    assert "rule all:" in proc.stdout + proc.stderr
+def test_dry_run_shows_the_dag(tmp_path):
+    proc = run_tool("snakemake", "-n", "--config", f"results_dir={tmp_path}", check=True)
+    out = proc.stdout + proc.stderr
+    for rule in ("data_sample", "data_robots", "data_filter", "data_dedup", "data_select", "all"):
+        assert f"rule {rule}:" in out
 
 
 @pytest.mark.parametrize(

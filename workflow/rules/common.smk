@@ -2,7 +2,6 @@
 # Nothing else lives here; a stage's rules live in workflow/rules/<stage>.smk.
 
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -20,6 +19,10 @@ except ImportError as e:
 
 
 configfile: "config/config.yaml"
+
+
+envvars:
+    "PATH",
 
 
 def config_sources():
@@ -47,8 +50,10 @@ if config["offline"]:
 
 RUN_DIR = Path(config["results_dir"]) / config["run"]
 
-# Steps run with the Python that runs Snakemake (the project's environment), whatever PATH says.
-PYTHON = shlex.quote(sys.executable)
+# Jobs run `python` from the environment that runs Snakemake (the project's), whatever PATH says.
+os.environ["PATH"] = os.pathsep.join(
+    [os.path.dirname(sys.executable), os.environ["PATH"]]
+)
 
 # Final outputs of each stage; stages append theirs, `rule all` asks for all of them.
 TARGETS = []

@@ -1,0 +1,245 @@
+# ruff: noqa: E501  (a text bank: one natural sentence per line reads better than wrapped strings)
+"""Swedish (sv) text bank of the sample corpus."""
+
+TOPICS = {
+    "travel": [
+        "Nattåget från Zürich till Wien går strax efter nio och kommer fram lagom till frukost.",
+        "Många resenärer underskattar hur kallt det kan bli på ett bergspass, även mitt i sommaren.",
+        "Gamla stan är så liten att man kan utforska den till fots på en enda eftermiddag.",
+        "Vi bokade ett enkelt pensionat vid hamnen och vaknade av ljudet från fiskebåtarna.",
+        "Ett regionalt tågkort är ofta billigare än att köpa en enkelbiljett för varje resa.",
+        "Färjeöverfarten tar ungefär två timmar, och en klar dag kan man se öarna från däck.",
+        "På söndagar går de lokala bussarna mer sällan, så det lönar sig att kontrollera tidtabellen i förväg.",
+        "Vandringsleden stiger jämnt genom lärkskogar innan den öppnar sig mot en vidsträckt fjällhed.",
+        "Den som reser utanför högsäsongen möter färre människor och betalar mindre för boendet.",
+        "Det lilla museet bredvid stationen berättar om dalens historia och om människorna som bor där.",
+        "Efter en lång dag av sightseeing satt vi på terrassen och såg solen gå ner över sjön.",
+        "Det är klokt att ha lite kontanter med sig, eftersom inte alla fjällstugor tar kort.",
+    ],
+    "cooking": [
+        "Knåda degen i minst tio minuter, tills den känns slät och elastisk.",
+        "En nypa salt lyfter fram sötman i mogna tomater.",
+        "Soppan smakar ännu bättre dagen efter, när smakerna har hunnit gifta sig.",
+        "Rosta nötterna en kort stund i en torr stekpanna tills de börjar dofta.",
+        "För en lättare sås kan man byta ut hälften av grädden mot grönsaksbuljong.",
+        "Låt köttet vila några minuter innan du skär upp det, så att köttsaften stannar kvar.",
+        "Färska örter tillsätts alldeles i slutet, annars förlorar de sin arom.",
+        "Min mormor bakade bröd varje lördagsmorgon, och hela huset doftade underbart.",
+        "Potatis, lök och lite ost räcker till en värmande middag på vintern.",
+        "Kakan är klar när en träpinne som sticks in i mitten kommer ut torr.",
+        "Säsongens grönsaker från torget är oftast färskare och billigare än de från snabbköpet.",
+        "Koka pastan i rikligt med saltat vatten och häll av den medan den fortfarande har lite tuggmotstånd.",
+    ],
+    "science": [
+        "Vatten utvidgar sig när det fryser, och därför flyter isen på sjöarnas yta.",
+        "Växter använder solljuset för att omvandla koldioxid och vatten till socker och syre.",
+        "Forskarna mätte glaciärens temperatur på flera olika djup under tre års tid.",
+        "Ljuset från solen behöver lite mer än åtta minuter för att nå jorden.",
+        "Vacciner lär immunförsvaret att känna igen ett smittämne innan en verklig infektion uppstår.",
+        "Försöket upprepades flera gånger för att säkerställa att resultaten var tillförlitliga.",
+        "Bin visar varandra var det finns blommor genom att utföra en särskild dans.",
+        "Ljud färdas mycket snabbare i vatten än i luft.",
+        "Den mänskliga hjärnan innehåller miljarder nervceller som är sammankopplade i komplexa nätverk.",
+        "Jordbävningar uppstår när tektoniska plattor plötsligt förskjuts längs en förkastning.",
+        "En bra vetenskaplig teori gör förutsägelser som kan prövas genom observationer.",
+        "Det nya teleskopet gör det möjligt för astronomer att studera galaxer som bildades strax efter big bang.",
+    ],
+    "local_news": [
+        "Kommunfullmäktige godkände på tisdagskvällen budgeten för renoveringen av låg- och mellanstadieskolan.",
+        "Vägarbetena på huvudgatan fortsätter till slutet av oktober.",
+        "Över tvåhundra frivilliga hjälpte till att städa älvstranden i helgen.",
+        "Från och med nästa månad flyttar torghandeln till platsen framför kyrkan.",
+        "Stadsbiblioteket har förlängt sina öppettider och har nu även öppet på lördagseftermiddagar.",
+        "Invånarna bjöds in till ett öppet möte om planerna på en ny cykelväg.",
+        "Räddningstjänsten fick rycka ut två gånger under stormen för att ta bort nedfallna träd.",
+        "Byn firade att den renoverade bron öppnats igen med musik och en liten fest.",
+        "En ny busslinje ska förbinda ytterområdena med järnvägsstationen.",
+        "Kommunalrådet tackade alla föreningar för deras engagemang för bygden.",
+        "Simhallen förblir stängd i sommar på grund av akuta reparationer.",
+        "Föräldrar har samlat in namnunderskrifter för ett säkrare övergångsställe vid förskolan.",
+    ],
+    "technology": [
+        "Regelbundna programuppdateringar täpper till säkerhetshål som angripare annars skulle kunna utnyttja.",
+        "Ett starkt lösenord ska vara långt och får aldrig användas till mer än ett konto.",
+        "Många små företag lagrar i dag sina data i molnet i stället för på egna servrar.",
+        "Den nya mobiltelefonen har ett större batteri men är märkbart tyngre än sin föregångare.",
+        "Programvara med öppen källkod kan granskas, ändras och delas av vem som helst.",
+        "Innan man köper en ny bärbar dator är det värt att fundera på vad man verkligen behöver den till.",
+        "En säkerhetskopia är bara användbar om man regelbundet kontrollerar att den faktiskt går att återställa.",
+        "Elbilar blir allt populärare i takt med att nätet av laddstationer växer.",
+        "Skolan har infört surfplattor i undervisningen och utbildat lärarna i att använda dem.",
+        "Språkmodeller tränas på stora textsamlingar och lär sig att förutsäga nästa ord.",
+        "En långsam internetuppkoppling beror ofta på en gammal router snarare än på leverantören.",
+        "Staden testar sensorer som visar bilister var det finns lediga parkeringsplatser.",
+    ],
+    "history": [
+        "Borgen byggdes på tolvhundratalet för att kontrollera handelsvägen över passet.",
+        "Under flera hundra år var klostret regionens viktigaste lärdomscentrum.",
+        "Järnvägen nådde dalen år 1889 och förändrade invånarnas liv för alltid.",
+        "Under artonhundratalet utvandrade många familjer till Amerika på grund av fattigdom och svält.",
+        "Det gamla rådhuset klarade sig genom en stor brand som förstörde de flesta husen runt omkring.",
+        "Vid bygget av det nya parkeringshuset hittade arkeologer romerska mynt och keramik.",
+        "Det första skriftliga omnämnandet av byn finns i ett dokument från år 1150.",
+        "Under kriget hade bron stor strategisk betydelse för båda sidor.",
+        "Boktryckarkonsten gjorde böcker billigare och hjälpte nya idéer att spridas över Europa.",
+        "Kvinnorna i landet fick rösträtt först efter en lång politisk kamp.",
+        "Museet visar redskap och kläder som berättar hur bönderna levde för tvåhundra år sedan.",
+        "Kanalen grävdes för hand, och arbetet tog nästan tjugo år.",
+    ],
+    "sport": [
+        "Hemmalaget vann matchen med två mot ett tack vare ett mål i sista minuten.",
+        "Tusentals löpare deltog i stadsmaratonloppet trots regnet.",
+        "Längdskidåkning är en av de mest krävande uthållighetsidrotterna.",
+        "Den unge tennisspelaren nådde för första gången finalen i turneringen.",
+        "Cykelloppet går över tre bergspass och avslutas med en brant stigning.",
+        "Regelbunden motion förbättrar inte bara konditionen utan också humöret och sömnen.",
+        "Tränaren berömde spelarna för deras disciplin och lagkänsla.",
+        "Den nya idrottshallen står till skolornas och föreningarnas förfogande från och med hösten.",
+        "Ishockeysäsongen börjar i september och avslutas med slutspelet på våren.",
+        "Simning är en skonsam idrott som passar människor i alla åldrar.",
+        "Den lokala fotbollsklubben söker frivilliga som kan träna ungdomslagen.",
+        "Efter en allvarlig skada behövde idrottaren nästan ett år för att komma tillbaka till tävlingarna.",
+    ],
+    "nature": [
+        "På hösten blir lärkträden guldgula innan de fäller sina barr.",
+        "Stenbocken hade nästan försvunnit från Alperna men har återvänt tack vare skyddsprogram.",
+        "Våtmarker lagrar stora mängder vatten och är livsmiljö för många sällsynta arter.",
+        "Glaciären har förlorat mer än en tredjedel av sin volym under de senaste femtio åren.",
+        "Murmeldjuren sover bort de långa vintermånaderna i bon djupt under marken.",
+        "Tidigt på sommaren täcker vildblommor ängarna och lockar till sig otaliga insekter.",
+        "Älven har fått tillbaka ett mer naturligt lopp, och fisken har kommit tillbaka.",
+        "Rovfåglar utnyttjar varma luftströmmar för att glida i timmar utan att flaxa med vingarna.",
+        "Skogen skyddar byn nedanför mot laviner och stenras.",
+        "Vandrare uppmanas att hålla sig till lederna för att inte störa djurlivet.",
+        "Under särskilt kalla vintrar fryser sjön, men isen är sällan säker nog att gå på.",
+        "Svampar spelar en viktig roll i skogen eftersom de bryter ner död ved.",
+    ],
+}
+
+TITLES = {
+    "travel": ["En helg i fjällen", "Restips för lågsäsongen", "Med tåg längs sjön"],
+    "cooking": [
+        "Våra favoritrecept för vintern",
+        "Baka bröd hemma",
+        "Enkel matlagning med säsongens grönsaker",
+    ],
+    "science": ["Så mäter man en glaciär", "Varför isen flyter", "Nytt från astronomin"],
+    "local_news": [
+        "Nytt från kommunfullmäktige",
+        "Vägarbeten på huvudgatan",
+        "En fest för den nya bron",
+    ],
+    "technology": [
+        "Tips för säkrare lösenord",
+        "Passar molnet små företag",
+        "Vi testar den nya mobilen",
+    ],
+    "history": ["Vår dals historia", "När järnvägen kom", "Skatter från hembygdsmuseet"],
+    "sport": ["Rapport från stadsmaran", "Sen seger för hemmalaget", "Vintersport för nybörjare"],
+    "nature": ["Hösten i lärkskogen", "Stenbockens återkomst", "Skydda våra våtmarker"],
+}
+
+SECTIONS = {
+    "travel": "resor",
+    "cooking": "recept",
+    "science": "vetenskap",
+    "local_news": "nyheter",
+    "technology": "teknik",
+    "history": "historia",
+    "sport": "sport",
+    "nature": "natur",
+}
+
+TOXIC = [
+    "Du är en patetisk idiot och ingen vill läsa ditt skräp.",
+    "Håll käften, din hjärndöda fåne, och kryp tillbaka under din sten.",
+    "Bara en fullständig imbecill kan skriva så värdelöst skräp.",
+    "Stick härifrån, din usla förlorare, ingen här står ut med dig.",
+    "Din äckliga clown, dina dumma åsikter får mig att må illa.",
+    "Du är en värdelös skithög, försvinn och kom aldrig tillbaka.",
+    "Ingen bryr sig om dig eller ditt patetiska liv, din dumskalle.",
+    "Alla vet att du är en lögnaktig och ryggradslös fegis.",
+    "Din hjärna måste vara stor som en ärta, din korkade idiot.",
+    "Sluta posta ditt idiotiska dravel, ditt irriterande lilla troll.",
+    "Du är för dum för att begripa någonting, så håll din fula mun stängd.",
+    "Den här skribenten är en skamlös bedragare och en total odugling.",
+]
+
+BOILERPLATE = {
+    "cookie": (
+        "Den här webbplatsen använder cookies för att förbättra din upplevelse. Genom att fortsätta "
+        "surfa godkänner du att vi använder cookies."
+    ),
+    "cookie_buttons": ["Godkänn alla", "Endast nödvändiga cookies", "Inställningar"],
+    "nav": [
+        "Start",
+        "Nyheter",
+        "Om oss",
+        "Tjänster",
+        "Blogg",
+        "Butik",
+        "Kontakt",
+        "Om webbplatsen",
+        "Integritet",
+        "Logga in",
+    ],
+    "read_more": "Läs mer",
+    "related": "Relaterade artiklar",
+    "share": "Dela artikeln",
+    "newsletter": "Prenumerera på vårt nyhetsbrev",
+    "rights": "Alla rättigheter förbehållna.",
+    "back_to_top": "Till toppen",
+}
+
+SPAM = [
+    "billigt",
+    "köp nu",
+    "bästa pris",
+    "rabatt",
+    "fri frakt",
+    "webbshop",
+    "rea",
+    "beställ i dag",
+    "skor",
+    "klockor",
+    "fynd",
+    "topperbjudanden",
+]
+
+PII = {
+    "email": "Har du frågor om artikeln kan du skriva till {email}.",
+    "phone": "Du når vårt kontor på telefon {phone_national} eller från utlandet på {phone_international}.",
+    "ipv4": "Under driftstörningen gick servern {ipv4} inte att nå på flera timmar.",
+    "ipv6": "Vår webbplats kan också nås via IPv6 på adressen {ipv6}.",
+    "iban": "Gåvor till föreningen kan sättas in på kontot {iban}.",
+}
+
+LOOKALIKES = {
+    "version": "Version {version} av tidtabellsappen har funnits sedan {date_iso}.",
+    "build": "Den {date_local} uppdaterades bibliotekets datorer till build {build}.",
+    "price": "Den tryckta guiden kostar {price} och kan beställas med ISBN {isbn}.",
+    "address": "Turistbyrån har öppet klockan {time_open} till {time_close} och ligger på adressen {postcode} {city}.",
+}
+
+FOOTER = "Artikeln granskades senast av vår redaktion."
+
+LOCALE = {
+    "country": "SE",
+    "mail_names": [
+        "anna.lindberg",
+        "erik.johansson",
+        "info",
+        "redaktionen",
+        "sara.nilsson",
+        "johan.karlsson",
+    ],
+    "cities": [
+        ("111 52", "Stockholm"),
+        ("903 26", "Umeå"),
+        ("753 20", "Uppsala"),
+        ("721 30", "Västerås"),
+    ],
+    "date_local": "{d}/{m} {y}",
+    "price": "{units}9 kr",
+    "isbn_group": "91",
+}

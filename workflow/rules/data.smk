@@ -1,0 +1,242 @@
+# The data stage (RECIPE.md §5): sample corpus -> robots.txt snapshot -> per-source filter jobs
+# -> dedup per language -> thresholds, PII and the corpus -> the filter funnel.
+# Code: apertus/data/. Config: `data:` (config/README.md). Tests: tests/data/.
+
+from apertus.data.config import DataConfig
+from apertus.data.pipeline import resolve_source
+from apertus.data.steps import local_files
+
+DATA = config["data"]
+DATA_SAMPLE = stage_path("data", "sample")
+DATA_SNAPSHOT = stage_path("data", "robots", "snapshot.json")
+DATA_CLASSIFIERS = stage_path("data", "classifiers")
+DATATROVE_LOGS = str(RUN_DIR / "logs" / "data" / "datatrove")
+DATA_NGRAM = [
+    task
+    for task in ("quality", "toxicity")
+    if DATA[task]["enabled"] and DATA[task]["backend"] == "ngram"
+]
+DATA_SOURCE_FILES = {
+    source.name: [
+        str(p) for p in local_files(resolve_source(source, Path(DATA_SAMPLE)))
+    ]
+    for source in DataConfig.from_dict(DATA).sources
+}
+DATA_LABELS = [
+    (
+        stage_path("data", "sample", "labels", f"{task}.jsonl")
+        if DATA[task]["labels"] == "sample"
+        else DATA[task]["labels"]
+    )
+    for task in DATA_NGRAM
+]
+DATA_FILTERED = [
+    stage_path("data", "filtered", source["name"], str(shard))
+    for source in DATA["sources"]
+    for shard in range(source["shards"])
+]
+
+
+rule data_sample:
+    output:
+        web=stage_path("data", "sample", "web.jsonl.gz"),
+        edu=stage_path("data", "sample", "edu.jsonl.gz"),
+        code=stage_path("data", "sample", "code.jsonl.gz"),
+        quality=stage_path("data", "sample", "labels", "quality.jsonl"),
+        toxicity=stage_path("data", "sample", "labels", "toxicity.jsonl"),
+        planted=stage_path("data", "sample", "planted.json"),
+        manifest=stage_path("data", "sample", "manifest.json"),
+    log:
+        log_path("data", "sample"),
+    benchmark:
+        benchmark_path("data", "sample")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data", "sample"),
+        sample_dir=lambda wildcards, output: os.path.dirname(output.planted),
+    shell:
+        "python -m apertus.data.make_sample --config {params.config:q}"
+        " --manifest {output.manifest} --output-dir {params.sample_dir} > {log} 2>&1"
+
+
+rule data_robots:
+    input:
+        sources=[f for files in DATA_SOURCE_FILES.values() for f in files],
+    output:
+        snapshot=DATA_SNAPSHOT,
+        manifest=stage_path("data", "robots", "manifest.json"),
+    log:
+        log_path("data", "robots"),
+    benchmark:
+        benchmark_path("data", "robots")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data", "sources", "robots"),
+        sample_dir=lambda wildcards, input: DATA_SAMPLE,
+        datatrove_logs=f"{DATATROVE_LOGS}/robots",
+    shell:
+        "python -m apertus.data.robots_snapshot --config {params.config:q}"
+        " --manifest {output.manifest} --output {output.snapshot}"
+        " --sample-dir {params.sample_dir} --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
+
+
+rule data_classifiers:
+    input:
+        labels=DATA_LABELS,
+    output:
+        models=directory(
+            expand(stage_path("data", "classifiers", "{task}"), task=DATA_NGRAM)
+        ),
+        manifest=stage_path("data", "classifiers", "manifest.json"),
+    log:
+        log_path("data", "classifiers"),
+    benchmark:
+        benchmark_path("data", "classifiers")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("data")
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data", "quality", "toxicity"),
+        models_dir=lambda wildcards, output: os.path.dirname(output.manifest),
+        sample_dir=lambda wildcards, input: DATA_SAMPLE,
+        datatrove_logs=f"{DATATROVE_LOGS}/classifiers",
+    shell:
+        "python -m apertus.data.train_classifiers --config {params.config:q}"
+        " --manifest {output.manifest} --output-dir {params.models_dir}"
+        " --sample-dir {params.sample_dir} --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
+
+
+rule data_filter:
+    input:
+        sources=lambda wildcards: DATA_SOURCE_FILES[wildcards.source],
+        snapshot=[DATA_SNAPSHOT] if DATA["robots"]["enabled"] else [],
+        classifiers=rules.data_classifiers.output.models if DATA_NGRAM else [],
+    output:
+        out=directory(stage_path("data", "filtered", "{source}", "{shard}")),
+        manifest=stage_path("data", "filtered", "{source}", "{shard}.manifest.json"),
+    log:
+        log_path("data", "filter-{source}-{shard}"),
+    benchmark:
+        benchmark_path("data", "filter-{source}-{shard}")
+    wildcard_constraints:
+        source="|".join(DATA_SOURCE_FILES),
+        shard=r"\d+",
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("data")
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config(
+            "data",
+            "sources",
+            "robots",
+            "language",
+            "heuristics",
+            "quality",
+            "toxicity",
+        ),
+        snapshot=lambda wildcards, input: DATA_SNAPSHOT,
+        models_dir=lambda wildcards, input: DATA_CLASSIFIERS,
+        sample_dir=lambda wildcards, input: DATA_SAMPLE,
+        datatrove_logs=f"{DATATROVE_LOGS}/filter-{{source}}-{{shard}}",
+    shell:
+        "python -m apertus.data.filter --config {params.config:q} --manifest {output.manifest}"
+        " --source {wildcards.source} --shard {wildcards.shard} --output-dir {output.out}"
+        " --snapshot {params.snapshot} --classifiers-dir {params.models_dir}"
+        " --sample-dir {params.sample_dir} --threads {threads}"
+        " --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
+
+
+rule data_dedup:
+    input:
+        filtered=DATA_FILTERED,
+    output:
+        out=directory(stage_path("data", "dedup")),
+        manifest=stage_path("data", "dedup.manifest.json"),
+    log:
+        log_path("data", "dedup"),
+    benchmark:
+        benchmark_path("data", "dedup")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("data")
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data", "dedup"),
+        datatrove_logs=f"{DATATROVE_LOGS}/dedup",
+    shell:
+        "python -m apertus.data.dedup --config {params.config:q} --manifest {output.manifest}"
+        " $(printf -- ' --input-dir %s' {input.filtered}) --output-dir {output.out}"
+        " --work-dir {output.out}.work --threads {threads}"
+        " --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
+
+
+rule data_select:
+    input:
+        dedup=rules.data_dedup.output.out,
+    output:
+        out=directory(stage_path("data", "corpus")),
+        manifest=stage_path("data", "corpus.manifest.json"),
+    log:
+        log_path("data", "select"),
+    benchmark:
+        benchmark_path("data", "select")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data", "quality", "toxicity", "pii", "output"),
+        datatrove_logs=f"{DATATROVE_LOGS}/select",
+    shell:
+        "python -m apertus.data.select --config {params.config:q} --manifest {output.manifest}"
+        " --input-dir {input.dedup} --output-dir {output.out}"
+        " --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
+
+
+rule data_funnel:
+    input:
+        steps=[
+            *DATA_FILTERED,
+            rules.data_dedup.output.out,
+            rules.data_select.output.out,
+        ],
+    output:
+        json=stage_path("data", "funnel.json"),
+        plot=report(
+            stage_path("data", "funnel.png"),
+            caption="../report/data_funnel.rst",
+            category="Data",
+        ),
+        manifest=stage_path("data", "funnel.manifest.json"),
+    log:
+        log_path("data", "funnel"),
+    benchmark:
+        benchmark_path("data", "funnel")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data"),
+    shell:
+        "python -m apertus.data.funnel --config {params.config:q} --manifest {output.manifest}"
+        " $(printf -- ' --input-dir %s' {input.steps})"
+        " --json {output.json} --plot {output.plot} > {log} 2>&1"
+
+
+TARGETS.extend([rules.data_select.output.manifest, rules.data_funnel.output.json])
