@@ -826,3 +826,9 @@ def test_fetched_snapshot_drives_the_filter_end_to_end(server, tmp_path):
     assert disallowed(step) == {"GPTBot": 1}
     assert stats(step)["no_robots"] == 2
     assert os.path.getsize(path) > 0
+
+
+def test_config_default_agents_are_the_filter_defaults():
+    from apertus.core.config import load_config
+
+    assert tuple(load_config()["data"]["robots"]["agents"]) == DEFAULT_AGENTS
