@@ -61,9 +61,10 @@ def test_the_pinned_stack_imports_together():
     code = (
         "import torchtitan.train, datatrove.pipeline.readers, datatrove.pipeline.tokens, lm_eval,"
         " transformers, snakemake, huggingface_hub, spacy, fasttext, tldextract, ahocorasick,"
-        " orjson, protego, sacrebleu, accelerate, xxhash;"
+        " orjson, protego, sacrebleu, accelerate, xxhash, trafilatura, warcio, matplotlib;"
         " from transformers import ApertusForCausalLM;"
-        " xxhash.xxh64('datatrove hashes str')"  # xxhash 4 rejects str and breaks datatrove dedup
+        " xxhash.xxh64('datatrove hashes str');"  # xxhash 4 rejects str and breaks datatrove dedup
+        " trafilatura.extract('<html><body><p>main text</p></body></html>')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
