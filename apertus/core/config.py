@@ -79,6 +79,12 @@ def apply_defaults(
     """
     root = schema if root is None else root
     schema = _resolve(schema, root)
+    if isinstance(instance, dict) and "anyOf" in schema:
+        # `null or mapping` style keys: fill the mapping option's defaults.
+        for option in schema["anyOf"]:
+            if _resolve(option, root).get("type") == "object":
+                apply_defaults(instance, option, root)
+        return
     if isinstance(instance, dict):
         properties = schema.get("properties", {})
         for key, sub in properties.items():
@@ -134,6 +140,13 @@ def _describe(error: jsonschema.ValidationError) -> list[str]:
     where = key_path(error.absolute_path)
     label = f"key '{where}'" if where else "the top level"
     kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind in ("anyOf", "oneOf") and error.context:
+        # A `null or mapping` key given a mapping: explain what is wrong with the mapping.
+        relevant = [
+            e for e in error.context if not (e.validator == "type" and e.validator_value == "null")
+        ]
+        if relevant and value is not None:
+            return [message for e in relevant for message in _describe(e)]
     if kind == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(value) - set(allowed))
@@ -262,6 +275,10 @@ def _allowed(schema: dict[str, Any]) -> str:
 
 
 def _type_name(schema: dict[str, Any]) -> str:
+    if "anyOf" in schema:
+        return " or ".join(_type_name(option) for option in schema["anyOf"])
+    if "$ref" in schema:
+        return "mapping"
     kind = schema.get("type", "any")
     if kind == "array" and isinstance(schema.get("items"), dict):
         return f"array of {schema['items'].get('type', 'any')}"

@@ -213,3 +213,11 @@ def test_cli_show_prints_resolved_config(capsys):
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["run"] == "demo"
     assert shown["resources"]["default"]["runtime"] == 60
+
+
+def test_optional_mapping_gets_defaults_and_clear_errors():
+    config = load_config(overrides=["resources.data.threads=2"])
+    assert config["resources"]["data"] == {"threads": 2, "mem_mb": 4000, "runtime": 60}
+    assert load_config()["resources"]["data"] is None
+    with pytest.raises(ConfigError, match=r"unknown key 'resources\.data\.thread' \(did you mean"):
+        load_config(overrides=["resources.data.thread=2"])

@@ -199,3 +199,38 @@ def test_reader_is_picklable(tmp_path, reader):
     (tmp_path / "a.jsonl").write_text(good(1) + "\n")
     step = make_reader(source(tmp_path, reader=reader))
     assert pickle.loads(pickle.dumps(step)).source.name == "web"
+
+
+def test_huggingface_reader_streams_a_local_dataset_in_hub_format(tmp_path):
+    """Real presets stream FineWeb-2 from the Hub; the same code path on a local dataset folder
+    (FineWeb-2's columns, Parquet, one config) — no network."""
+    folder = tmp_path / "fineweb-2-standin" / "data" / "roh_Latn" / "train"
+    folder.mkdir(parents=True)
+    pq.write_table(
+        pa.table(
+            {
+                "text": ["Bun di!", "Allegra"],
+                "id": ["<urn:uuid:1>", "<urn:uuid:2>"],
+                "url": ["https://www.rtr.ch/a", "https://www.rtr.ch/b"],
+                "language": ["roh_Latn", "roh_Latn"],
+                "language_score": [0.9, 0.8],
+            }
+        ),
+        folder / "000_00000.parquet",
+    )
+    src = Source(
+        name="fw2",
+        reader="huggingface",
+        path=str(tmp_path / "fineweb-2-standin"),
+        kind="web",
+        hf_config=None,
+        hf_split="train",
+    )
+    docs, _ = read(src)
+    assert [d.text for d in docs] == ["Bun di!", "Allegra"]
+    assert {
+        "source": "fw2",
+        "kind": "web",
+        "url": "https://www.rtr.ch/a",
+        "language_hint": "roh_Latn",
+    }.items() <= docs[0].metadata.items()

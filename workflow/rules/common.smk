@@ -89,7 +89,7 @@ def stage_config(stage, *keys):
 
 def stage_resources(stage):
     """Resources of one job of `stage`: its entry in config `resources`, else `default`."""
-    return config["resources"].get(stage, config["resources"]["default"])
+    return config["resources"].get(stage) or config["resources"]["default"]
 
 
 def stage_threads(stage):
