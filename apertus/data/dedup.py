@@ -1,6 +1,6 @@
-"""Step `data_dedup`: MinHash then exact deduplication, per language, across all sources.
+"""Step `data_dedup`: exact then MinHash deduplication, per language, across all sources.
 
-python -m apertus.data.dedup --config JSON --manifest M --input-root DIR --output-dir DIR ...
+python -m apertus.data.dedup --config JSON --manifest M --input-dir DIR ... --output-dir DIR
 """
 
 from __future__ import annotations

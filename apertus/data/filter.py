@@ -17,7 +17,7 @@ from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main
 from apertus.data.config import DataConfig
 from apertus.data.pipeline import filter_steps, run_pipeline, step_stats
-from apertus.data.steps import data_parser, source_paths, sources_of
+from apertus.data.steps import data_parser, local_files, sources_of
 
 
 def main(argv=None):
@@ -40,14 +40,16 @@ def main(argv=None):
         for task in ("quality", "toxicity")
         if args.classifiers_dir is not None and (args.classifiers_dir / task).exists()
     }
-    inputs = [p for p in source_paths(cfg, args.sample_dir) if _belongs(p, source.path)]
+    threads = max(1, args.threads)
+    world = source.shards * threads
+    # datatrove gives rank r the files r, r + world, ...; this job runs ranks shard*threads...
+    ranks = range(args.shard * threads, (args.shard + 1) * threads)
+    inputs = [f for i, f in enumerate(local_files(source)) if i % world in ranks]
     if cfg.robots.enabled:
         if args.snapshot is None:
             raise ApertusError("robots filtering is enabled but no --snapshot was given")
         inputs.append(args.snapshot)
     inputs += list(classifiers.values())
-    threads = max(1, args.threads)
-    world = source.shards * threads
     limit = -1 if source.limit < 0 else math.ceil(source.limit / world)
     job = f"{source.name}-{args.shard}"
     with StepRun(
@@ -77,11 +79,6 @@ def main(argv=None):
             local_rank_offset=args.shard * threads,
         )
         step.summary["stats"] = step_stats(stats)
-
-
-def _belongs(path: Path, source_path: str) -> bool:
-    root = Path(source_path)
-    return path == root or root in path.parents
 
 
 if __name__ == "__main__":
