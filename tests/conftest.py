@@ -24,3 +24,21 @@ def run_tool(*args, cwd=REPO, check=False, **kwargs):
 @pytest.fixture
 def repo():
     return REPO
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """The whole default pipeline, run once per test session through Snakemake on 2 cores into
+    a scratch results directory; tests of each stage read its outputs. Returns the run dir."""
+    results = tmp_path_factory.mktemp("results")
+    run_tool(
+        "snakemake",
+        "--cores",
+        "2",
+        "--config",
+        f"results_dir={results}",
+        "run=e2e",
+        check=True,
+        timeout=1800,
+    )
+    return results / "e2e"

@@ -13,20 +13,9 @@ from tests.conftest import run_tool
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    run_tool(
-        "snakemake",
-        "--cores",
-        "2",
-        "--config",
-        f"results_dir={results}",
-        "run=datatest",
-        check=True,
-        timeout=900,
-    )
-    return results / "datatest"
+@pytest.fixture
+def run_dir(default_run):
+    return default_run
 
 
 def data(run_dir, *parts):
@@ -110,7 +99,7 @@ def test_changing_pii_reruns_only_selection(run_dir, tmp_path):
         override,
         "--config",
         f"results_dir={results}",
-        "run=datatest",
+        "run=e2e",
         check=True,
     )
     planned = set(re.findall(r"^(data_\w+)\s+\d+$", proc.stdout, flags=re.M))

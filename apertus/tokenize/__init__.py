@@ -1,0 +1,3 @@
+"""The tokenization stage: tokenizer, token shards, held-out split, data phases
+(RECIPE.md §1, §5).
+"""

@@ -1,0 +1,152 @@
+# The tokenization stage (RECIPE.md §1, §5): held-out split -> tokenizer -> held-out texts and
+# token shards per source -> pretraining data phases (indexes over the shards).
+# Code: apertus/tokenize/. Config: `tokenize:` (config/README.md). Tests: tests/tokenize/.
+
+TOKENIZE = config["tokenize"]
+# One shard set per source of the corpus the data stage writes.
+TOKENIZE_SOURCES = [source["name"] for source in config["data"]["sources"]]
+TOKENIZE_HELDOUT_IDS = stage_path("tokenize", "split", "heldout_ids.json")
+TOKENIZE_TOKENIZER = stage_path("tokenize", "tokenizer")
+
+
+rule tokenize_split:
+    input:
+        corpus=rules.data_select.output.out,
+    output:
+        ids=TOKENIZE_HELDOUT_IDS,
+        manifest=stage_path("tokenize", "split", "manifest.json"),
+    log:
+        log_path("tokenize", "split"),
+    benchmark:
+        benchmark_path("tokenize", "split")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("tokenize"),
+    params:
+        config=stage_config("tokenize", "heldout"),
+    shell:
+        "python -m apertus.tokenize.steps split --config {params.config:q}"
+        " --manifest {output.manifest} --corpus {input.corpus} --output {output.ids} > {log} 2>&1"
+
+
+rule tokenize_tokenizer:
+    input:
+        corpus=rules.data_select.output.out,
+        heldout=TOKENIZE_HELDOUT_IDS,
+    output:
+        out=directory(TOKENIZE_TOKENIZER),
+        manifest=stage_path("tokenize", "tokenizer.manifest.json"),
+    log:
+        log_path("tokenize", "tokenizer"),
+    benchmark:
+        benchmark_path("tokenize", "tokenizer")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("tokenize"),
+    params:
+        config=stage_config("tokenize", "tokenizer"),
+    shell:
+        "python -m apertus.tokenize.steps tokenizer --config {params.config:q}"
+        " --manifest {output.manifest} --corpus {input.corpus} --heldout {input.heldout}"
+        " --output {output.out} > {log} 2>&1"
+
+
+rule tokenize_heldout:
+    input:
+        corpus=rules.data_select.output.out,
+        heldout=TOKENIZE_HELDOUT_IDS,
+        tokenizer=TOKENIZE_TOKENIZER,
+    output:
+        out=directory(stage_path("tokenize", "heldout")),
+        manifest=stage_path("tokenize", "heldout.manifest.json"),
+    log:
+        log_path("tokenize", "heldout"),
+    benchmark:
+        benchmark_path("tokenize", "heldout")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("tokenize"),
+    params:
+        config=stage_config("tokenize", "heldout"),
+    shell:
+        "python -m apertus.tokenize.steps heldout --config {params.config:q}"
+        " --manifest {output.manifest} --corpus {input.corpus} --heldout {input.heldout}"
+        " --tokenizer {input.tokenizer} --output {output.out} > {log} 2>&1"
+
+
+rule tokenize_shards:
+    input:
+        corpus=rules.data_select.output.out,
+        heldout=TOKENIZE_HELDOUT_IDS,
+        tokenizer=TOKENIZE_TOKENIZER,
+    output:
+        out=directory(stage_path("tokenize", "shards", "{source}")),
+        manifest=stage_path("tokenize", "shards", "{source}.manifest.json"),
+    log:
+        log_path("tokenize", "shards-{source}"),
+    benchmark:
+        benchmark_path("tokenize", "shards-{source}")
+    wildcard_constraints:
+        source="|".join(TOKENIZE_SOURCES),
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("tokenize")
+    resources:
+        **stage_job_resources("tokenize"),
+    params:
+        config=stage_config("tokenize", "shards"),
+        datatrove_logs=lambda wildcards: str(
+            RUN_DIR / "logs" / "tokenize" / "datatrove" / wildcards.source
+        ),
+    shell:
+        "python -m apertus.tokenize.steps shards --config {params.config:q}"
+        " --manifest {output.manifest} --corpus {input.corpus} --heldout {input.heldout}"
+        " --tokenizer {input.tokenizer} --source {wildcards.source} --output {output.out}"
+        " --threads {threads} --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
+
+
+rule tokenize_phase:
+    input:
+        shards=expand(
+            stage_path("tokenize", "shards", "{source}"), source=TOKENIZE_SOURCES
+        ),
+    output:
+        out=directory(stage_path("tokenize", "phases", "{phase}")),
+        manifest=stage_path("tokenize", "phases", "{phase}.manifest.json"),
+    log:
+        log_path("tokenize", "phase-{phase}"),
+    benchmark:
+        benchmark_path("tokenize", "phase-{phase}")
+    wildcard_constraints:
+        phase="|".join(phase["name"] for phase in TOKENIZE["phases"]),
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("tokenize"),
+    params:
+        config=stage_config("tokenize", "phases"),
+        shards=lambda wildcards, input: " ".join(
+            f"{name}={path}" for name, path in zip(TOKENIZE_SOURCES, input.shards)
+        ),
+    shell:
+        "python -m apertus.tokenize.steps phase --config {params.config:q}"
+        " --manifest {output.manifest} --name {wildcards.phase} --shards {params.shards}"
+        " --output {output.out} > {log} 2>&1"
+
+
+TARGETS.extend(
+    [
+        rules.tokenize_heldout.output.manifest,
+        *expand(
+            rules.tokenize_phase.output.manifest,
+            phase=[p["name"] for p in TOKENIZE["phases"]],
+        ),
+    ]
+)
