@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _CHUNK = 1 << 20
 
@@ -30,26 +32,33 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` so that readers see the old file or the whole new one, never a part.
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Open a file that replaces `path` only once it is completely written.
 
-    The bytes go to a temporary file in the same directory (same filesystem), are flushed to disk,
-    and the temporary file is renamed over `path`. If anything fails, the temporary file is removed
-    and `path` is left as it was.
+    Writes go to a temporary file in the same directory (same filesystem); on a clean exit it is
+    flushed to disk and renamed over `path`, so readers see the old file or the whole new one,
+    never a part. On any error the temporary file is removed and `path` is left as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` atomically (see `atomic_open`)."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+    return Path(path)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -14,7 +14,7 @@ import logging
 import zlib
 from collections import Counter
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from datatrove.pipeline.readers import HuggingFaceDatasetReader, ParquetReader
 from datatrove.pipeline.readers.base import BaseDiskReader
@@ -52,6 +52,27 @@ class SourceMapping:
         return {"text": text, "id": str(doc_id), "metadata": metadata}
 
 
+class DiskSource(SourceMapping):
+    """Mixin: the constructor shared by the readers of files (one source, its field names)."""
+
+    # Keyword arguments the datatrove base reader takes besides the common ones.
+    _base_options: ClassVar[dict[str, Any]] = {"add_file_path": False}
+
+    def __init__(
+        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
+    ):
+        super().__init__(
+            data_folder,
+            paths_file=paths_file,
+            limit=limit,
+            text_key=source.text_field,
+            id_key=source.id_field,
+            glob_pattern=glob_pattern,
+            **self._base_options,
+        )
+        self.source = source
+
+
 class _Skips:
     """Counts and samples skipped records for one reader step."""
 
@@ -79,7 +100,7 @@ def _text_problem(data: Any, text_field: str) -> str | None:
     return None
 
 
-class RobustJsonlReader(SourceMapping, BaseDiskReader):
+class RobustJsonlReader(DiskSource, BaseDiskReader):
     """JSONL (plain, .gz, .zst) read line by line in binary, so one bad line costs one document.
 
     datatrove's JsonlReader stops a whole file at the first non-UTF-8 byte and crashes on a
@@ -88,20 +109,6 @@ class RobustJsonlReader(SourceMapping, BaseDiskReader):
 
     name = "🐿 JSONL"
     _requires_dependencies = ("orjson",)
-
-    def __init__(
-        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
-    ):
-        super().__init__(
-            data_folder,
-            paths_file=paths_file,
-            limit=limit,
-            text_key=source.text_field,
-            id_key=source.id_field,
-            glob_pattern=glob_pattern,
-            add_file_path=False,
-        )
-        self.source = source
 
     def read_file(self, filepath: str):
         import orjson
@@ -141,23 +148,11 @@ class RobustJsonlReader(SourceMapping, BaseDiskReader):
             skip("empty_file", filepath)
 
 
-class GuardedParquetReader(SourceMapping, ParquetReader):
+class GuardedParquetReader(DiskSource, ParquetReader):
     """datatrove's Parquet reader, with corrupt files and bad rows counted instead of crashing."""
 
     name = "📒 Parquet"
-
-    def __init__(
-        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
-    ):
-        super().__init__(
-            data_folder,
-            paths_file=paths_file,
-            limit=limit,
-            text_key=source.text_field,
-            id_key=source.id_field,
-            glob_pattern=glob_pattern,
-        )
-        self.source = source
+    _base_options: ClassVar[dict[str, Any]] = {}  # ParquetReader has no add_file_path
 
     def get_document_from_dict(self, data, source_file, id_in_file):
         problem = _text_problem(data, self.source.text_field)
@@ -173,7 +168,7 @@ class GuardedParquetReader(SourceMapping, ParquetReader):
             _Skips(self)("corrupt_file", filepath, f"{type(e).__name__}: {e}")
 
 
-class WarcHtmlReader(SourceMapping, BaseDiskReader):
+class WarcHtmlReader(DiskSource, BaseDiskReader):
     """WARC response records with HTML, reduced to their main text with trafilatura.
 
     datatrove's WarcReader needs libmagic and cchardet; HTTP headers give the content type and
@@ -182,18 +177,6 @@ class WarcHtmlReader(SourceMapping, BaseDiskReader):
 
     name = "🕷 WARC"
     _requires_dependencies = ("warcio", "trafilatura")
-
-    def __init__(
-        self, data_folder, source: Source, paths_file=None, limit: int = -1, glob_pattern=None
-    ):
-        super().__init__(
-            data_folder,
-            paths_file=paths_file,
-            limit=limit,
-            glob_pattern=glob_pattern,
-            add_file_path=False,
-        )
-        self.source = source
 
     def read_file(self, filepath: str):
         import trafilatura

@@ -61,8 +61,6 @@ import hashlib
 import json
 import math
 import operator
-import os
-import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -75,7 +73,7 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, sha256_file
+from apertus.core.files import atomic_open, atomic_write_json, sha256_file
 
 PHASE_FORMAT_VERSION = 1
 INDEX_FILE = "index.npz"
@@ -345,25 +343,16 @@ def _write_index(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """Write an .npz atomically and reproducibly: no compression, fixed entry dates.
 
     ``numpy.savez`` stamps each entry with the current time, so two builds of the same phase would
-    differ; apertus.core.files only writes text, hence this binary counterpart of its atomic write.
+    differ.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-                for name, array in arrays.items():
-                    info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
-                    with zf.open(info, "w", force_zip64=True) as member:
-                        np.lib.format.write_array(
-                            member, np.ascontiguousarray(array), allow_pickle=False
-                        )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with (
+        atomic_open(path, "w+b") as f,
+        zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf,
+    ):
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
+            with zf.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
 
 
 def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: Path) -> dict:
