@@ -116,6 +116,7 @@ def plot_funnel(funnel: dict[str, Any], path: Path) -> None:
         if removed:
             ax_total.annotate(f"-{removed}", (i, total[i]), ha="center", va="bottom", fontsize=8)
     ax_total.set_title("Documents after each step (all languages)")
+    ax_lang.set_prop_cycle(color=plt.cm.tab20.colors)  # distinct colours for up to 20 languages
     for lang, rows in sorted(funnel["languages"].items(), key=lambda kv: -kv[1][0]["documents"]):
         by_step = {r["step"]: r["documents"] for r in rows}
         ax_lang.plot(
