@@ -1,0 +1,128 @@
+"""Learning-rate schedules and the batch-size ramp (RECIPE.md §4, §6).
+
+Steps are 0-based indices of optimizer updates: `lr(step)` is the learning rate of the update
+with that index, for `0 <= step < total_steps`.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "batch_size_at",
+    "constant_lr_with_warmup",
+    "gradient_accumulation_steps",
+    "steps_for_tokens",
+    "wsd_lr",
+]
+
+
+def _warmup(step: int, *, peak: float, warmup_steps: int, warmup_start: float) -> float:
+    start = warmup_start * peak
+    return start + (peak - start) * step / warmup_steps
+
+
+def wsd_lr(
+    step: int,
+    *,
+    peak: float,
+    warmup_steps: int,
+    total_steps: int,
+    decay_steps: int,
+    min_lr_ratio: float = 0.1,
+    warmup_start: float = 0.0,
+) -> float:
+    """Warmup-Stable-Decay with a 1-sqrt cooldown (RECIPE.md §4).
+
+    - warmup, `step < warmup_steps`: linear from `warmup_start * peak` (at step 0) towards `peak`
+      (reached at step `warmup_steps`); the scripts warm up from 0, the report from 0.1 x peak;
+    - stable: `peak`;
+    - cooldown, the last `decay_steps` steps: with `s = 1..decay_steps` counting them,
+      `lr = min + (peak - min) * (1 - sqrt(s / decay_steps))`, `min = min_lr_ratio * peak`,
+      so the last step (`total_steps - 1`) runs at `min`.
+    """
+    if not 0 <= warmup_steps <= total_steps - decay_steps or decay_steps < 0:
+        raise ValueError(
+            "need 0 <= warmup_steps and 0 <= decay_steps with warmup_steps + decay_steps <= "
+            f"total_steps; got warmup_steps={warmup_steps}, decay_steps={decay_steps}, "
+            f"total_steps={total_steps}"
+        )
+    if not 0 <= step < total_steps:
+        raise ValueError(f"step {step} is outside the schedule [0, {total_steps})")
+    if not (0.0 <= min_lr_ratio <= 1.0 and 0.0 <= warmup_start <= 1.0 and peak >= 0.0):
+        raise ValueError(
+            f"need peak >= 0 and min_lr_ratio, warmup_start in [0, 1]; got peak={peak}, "
+            f"min_lr_ratio={min_lr_ratio}, warmup_start={warmup_start}"
+        )
+    if step < warmup_steps:
+        return _warmup(step, peak=peak, warmup_steps=warmup_steps, warmup_start=warmup_start)
+    decay_start = total_steps - decay_steps
+    if step < decay_start:
+        return peak
+    min_lr = min_lr_ratio * peak
+    s = step - decay_start + 1
+    return min_lr + (peak - min_lr) * (1.0 - math.sqrt(s / decay_steps))
+
+
+def constant_lr_with_warmup(step: int, *, lr: float, warmup_steps: int) -> float:
+    """Linear warmup from 0 (at step 0) to `lr` (at `warmup_steps`), then constant: the
+    long-context extension stages (RECIPE.md §6: 1.1e-5 after 150 steps for 8B)."""
+    if step < 0 or warmup_steps < 0:
+        raise ValueError(f"need step >= 0 and warmup_steps >= 0; got {step}, {warmup_steps}")
+    if step < warmup_steps:
+        return _warmup(step, peak=lr, warmup_steps=warmup_steps, warmup_start=0.0)
+    return lr
+
+
+def batch_size_at(
+    tokens_seen: int, *, start_batch: int, doubled_batch: int, double_at_tokens: int
+) -> int:
+    """Global batch size in sequences once `tokens_seen` tokens were trained on (RECIPE.md §4:
+    8B 1024 -> 2048 sequences at 7.038T tokens, 70B 2048 -> 4096 at 4.392T). The switch
+    happens at the first step that starts at or after `double_at_tokens`; the LR is unchanged.
+    """
+    if tokens_seen < 0:
+        raise ValueError(f"tokens_seen must be >= 0, got {tokens_seen}")
+    return start_batch if tokens_seen < double_at_tokens else doubled_batch
+
+
+def steps_for_tokens(
+    tokens: int,
+    *,
+    seq_len: int,
+    start_batch: int,
+    doubled_batch: int,
+    double_at_tokens: int,
+) -> int:
+    """Number of optimizer steps needed to train on at least `tokens` tokens under the
+    `batch_size_at` ramp, e.g. to turn the recipe's token budgets (16.78B warmup tokens,
+    cooldown from 13.35T) into step counts for `wsd_lr`."""
+    if tokens < 0 or min(seq_len, start_batch, doubled_batch) <= 0:
+        raise ValueError(
+            f"need tokens >= 0 and positive sizes; got tokens={tokens}, seq_len={seq_len}, "
+            f"start_batch={start_batch}, doubled_batch={doubled_batch}"
+        )
+    small_step = start_batch * seq_len
+    # Steps at the starting batch: until the tokens seen reach the switch point.
+    steps_before_switch = max(0, -(-double_at_tokens // small_step))
+    if tokens <= steps_before_switch * small_step:
+        return -(-tokens // small_step)
+    remaining = tokens - steps_before_switch * small_step
+    return steps_before_switch + -(-remaining // (doubled_batch * seq_len))
+
+
+def gradient_accumulation_steps(global_batch: int, *, micro_batch: int, data_parallel: int) -> int:
+    """Micro-batches each data-parallel rank accumulates so that
+    `micro_batch * data_parallel * steps == global_batch` (all in sequences)."""
+    if min(global_batch, micro_batch, data_parallel) <= 0:
+        raise ValueError(
+            f"sizes must be positive: global_batch={global_batch}, micro_batch={micro_batch}, "
+            f"data_parallel={data_parallel}"
+        )
+    per_step = micro_batch * data_parallel
+    if global_batch % per_step:
+        raise ValueError(
+            f"global batch {global_batch} is not divisible by micro_batch {micro_batch} x "
+            f"data_parallel {data_parallel} = {per_step}"
+        )
+    return global_batch // per_step
