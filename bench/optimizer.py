@@ -73,7 +73,8 @@ def main() -> None:
 
     adamw, ademamix = results["AdamW"], results["AdEMAMix"]
     print(
-        f"\nparameters: {adamw[2]:,}, {args.threads} thread(s), best of {args.repeat} x {args.steps} steps"
+        f"\nparameters: {adamw[2]:,}, {args.threads} thread(s),"
+        f" best of {args.repeat} x {args.steps} steps"
     )
     print(f"{'optimizer':<10} {'ms/step':>9} {'state MiB':>10}")
     for name, (seconds, state, _) in results.items():
