@@ -1,0 +1,666 @@
+"""The Apertus dense decoder (RECIPE §1), written against torchtitan's ``Module`` protocol.
+
+``ApertusModel`` subclasses ``torchtitan.protocols.model.BaseModel``, so the torchtitan 0.3 trainer
+can build it from ``ApertusModel.Config`` on the meta device, shard it, ``to_empty()`` it and call
+``init_weights(buffer_device=...)``. Every submodule is a torchtitan ``Module`` (the trainer's
+``verify_module_protocol`` requires it) that initialises its own parameters and buffers.
+
+The model configuration is flat (``dim``, ``n_layers``, ...) rather than torchtitan's tree of
+per-submodule configs: a flavor is a handful of numbers, and the tree is derived in ``__init__``.
+
+Module names follow torchtitan; ``hf_key`` / ``apertus_key`` map them to and from the Hugging Face
+``ApertusForCausalLM`` state dict (see ``HF_KEY_RULES``). RoPE uses Hugging Face's rotate-half
+convention, so export needs no Q/K row permutation.
+
+Document masking: ``forward(tokens, positions)`` takes per-token positions that restart at 0 at
+each document start (RECIPE §1: reset-position-ids, reset-attention-mask; torchtitan's loader
+convention). A token attends to earlier tokens of its own document only. ``attn_backend="sdpa"``
+builds a dense boolean mask for ``F.scaled_dot_product_attention`` (works everywhere, memory
+O(B * L^2)); ``"flex"`` builds a FlexAttention block mask (compiled on CUDA; on CPU it runs the
+eager reference implementation, which is slow and meant only for checking).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torchtitan.models.common.embedding import Embedding
+from torchtitan.models.common.linear import Linear
+from torchtitan.models.utils import get_dense_model_nparams_and_flops
+from torchtitan.protocols.model import BaseModel
+from torchtitan.protocols.module import Module, ModuleDict
+
+from apertus.core import ApertusError
+
+AttentionBackend = Literal["sdpa", "flex"]
+# An attention mask as the blocks receive it: None (plain causal), a dense boolean mask
+# [B, 1, L, L] (True = may attend) for SDPA, or a FlexAttention BlockMask.
+AttentionMask = torch.Tensor | BlockMask | None
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3.1 RoPE frequency scaling; RECIPE §1 uses it from step 0 with these values."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_config(config: ApertusModel.Config) -> None:
+    """Raise ``ApertusError`` naming the field and its value when shapes cannot fit together.
+
+    Runs when a Config is created (and again on every ``dataclasses.replace``), so a bad
+    shape is reported before any tensor is allocated.
+    """
+    for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size"):
+        value = getattr(config, name)
+        if not _is_int(value) or value <= 0:
+            raise ApertusError(f"model config: {name} must be a positive integer, got {value!r}")
+    if not _is_int(config.max_seq_len) or config.max_seq_len <= 0:
+        raise ApertusError(
+            f"model config: max_seq_len must be a positive integer, got {config.max_seq_len!r}"
+        )
+    if config.head_dim is None:
+        if config.dim % config.n_heads != 0:
+            raise ApertusError(
+                f"model config: n_heads={config.n_heads} does not divide dim={config.dim} "
+                "(head_dim is derived as dim // n_heads when not given)"
+            )
+    elif not _is_int(config.head_dim) or config.head_dim <= 0:
+        raise ApertusError(
+            f"model config: head_dim must be a positive integer or None, got {config.head_dim!r}"
+        )
+    if config.n_heads % config.n_kv_heads != 0:
+        raise ApertusError(
+            f"model config: n_kv_heads={config.n_kv_heads} does not divide "
+            f"n_heads={config.n_heads} (grouped-query attention shares each kv head "
+            "across a whole number of query heads)"
+        )
+    if config.attention_head_dim % 2 != 0:
+        raise ApertusError(
+            f"model config: head_dim={config.attention_head_dim} must be even "
+            "(rotary embedding rotates pairs of channels)"
+        )
+    for name in ("norm_eps", "rope_theta", "init_std"):
+        value = getattr(config, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ApertusError(f"model config: {name} must be a positive number, got {value!r}")
+    scaling = config.rope_scaling
+    if scaling is not None:
+        if not isinstance(scaling, RopeScaling):
+            raise ApertusError(
+                f"model config: rope_scaling must be a RopeScaling or None, got {scaling!r}"
+            )
+        if not scaling.factor > 0:
+            raise ApertusError(
+                f"model config: rope_scaling.factor must be positive, got {scaling.factor!r}"
+            )
+        if not scaling.high_freq_factor > scaling.low_freq_factor:
+            raise ApertusError(
+                "model config: rope_scaling.high_freq_factor must exceed low_freq_factor, got "
+                f"high_freq_factor={scaling.high_freq_factor!r}, "
+                f"low_freq_factor={scaling.low_freq_factor!r}"
+            )
+        if not scaling.low_freq_factor > 0:
+            raise ApertusError(
+                "model config: rope_scaling.low_freq_factor must be positive, got "
+                f"{scaling.low_freq_factor!r}"
+            )
+        if not scaling.original_max_position_embeddings > 0:
+            raise ApertusError(
+                "model config: rope_scaling.original_max_position_embeddings must be positive, "
+                f"got {scaling.original_max_position_embeddings!r}"
+            )
+    if config.attn_backend not in ("sdpa", "flex"):
+        raise ApertusError(
+            f"model config: attn_backend must be 'sdpa' or 'flex', got {config.attn_backend!r}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Formulas (each one function, RECIPE §1)
+# --------------------------------------------------------------------------------------------
+
+
+def xielu(
+    x: torch.Tensor,
+    alpha_p_raw: torch.Tensor,
+    alpha_n_raw: torch.Tensor,
+    beta: torch.Tensor | float = 0.5,
+    eps: torch.Tensor | float = -1e-6,
+) -> torch.Tensor:
+    """xIELU activation (RECIPE §1; xIELU paper, arXiv 2411.13010).
+
+    ``alpha_p = softplus(a_p)``, ``alpha_n = beta + softplus(a_n)``;
+    ``x > 0``: ``alpha_p * x^2 + beta * x``;
+    ``x <= 0``: ``alpha_n * expm1(min(x, eps)) - alpha_n * x + beta * x``.
+
+    The negative branch is evaluated as ``(expm1(min(x, eps)) - x) * alpha_n + beta * x``, the
+    same grouping as ``transformers.activations.XIELUActivation``, so the two agree bit for bit.
+    Like transformers, there is no upcast: the arithmetic runs in the promoted dtype of ``x`` and
+    the scalars (bf16 under bf16 mixed precision). The result is returned in ``x.dtype``.
+    """
+    if not isinstance(beta, torch.Tensor):
+        beta = torch.tensor(beta, dtype=x.dtype, device=x.device)
+    if not isinstance(eps, torch.Tensor):
+        eps = torch.tensor(eps, dtype=x.dtype, device=x.device)
+    alpha_p = F.softplus(alpha_p_raw)
+    alpha_n = beta + F.softplus(alpha_n_raw)
+    out = torch.where(
+        x > 0,
+        alpha_p * x * x + beta * x,
+        (torch.expm1(torch.minimum(x, eps)) - x) * alpha_n + beta * x,
+    )
+    return out.to(x.dtype)
+
+
+def softplus_inverse(y: float) -> torch.Tensor:
+    """``log(expm1(y))`` in float32 (the raw xIELU parameter whose softplus is ``y``)."""
+    return torch.log(torch.expm1(torch.tensor(y, dtype=torch.float32)))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm computed in float32 (RECIPE §1), weight only; same op order as transformers'
+    ``ApertusRMSNorm`` (normalise in fp32, cast back, then scale). Returns ``x.dtype``."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight * h.to(dtype)).to(dtype)
+
+
+def rope_inverse_frequencies(
+    head_dim: int,
+    theta: float,
+    scaling: RopeScaling | None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """RoPE inverse frequencies with Llama-3.1 scaling (RECIPE §1), float32, shape [head_dim/2].
+
+    Long wavelengths (> original_max / low_freq_factor) are slowed down by ``factor``, short ones
+    (< original_max / high_freq_factor) are kept, and the band between is interpolated. Same
+    operations in the same order as transformers' ``_compute_llama3_parameters``.
+    """
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).to(torch.float32)
+    inv_freq = 1.0 / (theta ** (exponents / head_dim))
+    if scaling is None:
+        return inv_freq
+    old_context_len = scaling.original_max_position_embeddings
+    low_freq_wavelen = old_context_len / scaling.low_freq_factor
+    high_freq_wavelen = old_context_len / scaling.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / scaling.factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    smoothed = (
+        1 - smooth_factor
+    ) * inv_freq_llama / scaling.factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed, inv_freq_llama)
+
+
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables [B, L, head_dim] for the rotate-half convention (angles in fp32)."""
+    freqs = positions[..., None].to(torch.float32) * inv_freq.to(torch.float32)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) over the two halves of the last dimension (HF convention)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_embedding(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q [B, L, Hq, D] and k [B, L, Hkv, D] by per-token angles (cos/sin [B, L, D])."""
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def document_ids(positions: torch.Tensor) -> torch.Tensor:
+    """Per-token document index [B, L]: a new document starts wherever the position is 0
+    (RECIPE §1 reset-position-ids; the same convention as torchtitan's document masks).
+    Tokens before the first 0 of a row (a document continued from a previous row) get -1."""
+    return torch.cumsum((positions == 0).to(torch.int32), dim=1) - 1
+
+
+def block_causal_mask(positions: torch.Tensor) -> torch.Tensor:
+    """Dense boolean mask [B, 1, L, L], True where query i may attend to key j: j <= i and both
+    in the same document (RECIPE §1 reset-attention-mask)."""
+    doc = document_ids(positions)
+    seq_len = positions.shape[1]
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=positions.device).tril()
+    same_document = doc[:, :, None] == doc[:, None, :]
+    return (same_document & causal)[:, None]
+
+
+_compiled_flex: dict[str, object] = {}
+
+
+def _flex_functions(device: torch.device):
+    """flex_attention / create_block_mask, compiled on CUDA (as torchtitan does) and eager
+    elsewhere: the eager path is a dense reference implementation, fine for small checks."""
+    if device.type != "cuda":
+        return flex_attention, create_block_mask
+    if not _compiled_flex:
+        _compiled_flex["attention"] = torch.compile(flex_attention)
+        _compiled_flex["block_mask"] = torch.compile(create_block_mask)
+    return _compiled_flex["attention"], _compiled_flex["block_mask"]
+
+
+def block_causal_block_mask(positions: torch.Tensor) -> BlockMask:
+    """FlexAttention block mask with the same pattern as ``block_causal_mask``."""
+    doc = document_ids(positions)
+    batch, seq_len = positions.shape
+
+    def same_document_causal(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+
+    _, make_block_mask = _flex_functions(positions.device)
+    return make_block_mask(
+        same_document_causal, batch, None, seq_len, seq_len, device=positions.device
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------------
+
+
+def _normal_init(std: float):
+    """Plain (untruncated) normal init, as Megatron's init_method_normal (RECIPE §1)."""
+    return {"weight": partial(nn.init.normal_, mean=0.0, std=std)}
+
+
+def _linear(in_features: int, out_features: int, std: float) -> Linear:
+    return Linear.Config(
+        in_features=in_features, out_features=out_features, bias=False, param_init=_normal_init(std)
+    ).build()
+
+
+class RMSNorm(Module):
+    """RMSNorm, eps 1e-5, computed in fp32, weight only (RECIPE §1). Weight init: ones."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+
+
+class XIELU(Module):
+    """xIELU with learnable ``alpha_p`` / ``alpha_n`` (RECIPE §1), one instance per layer.
+
+    Like transformers, the parameters hold the RAW values (before softplus), shape (1,):
+    ``alpha_p = log(expm1(0.8))``, ``alpha_n = log(expm1(0.8 - beta))`` so that the effective
+    alpha_p and alpha_n both start at 0.8. ``beta`` = 0.5 and ``eps`` = -1e-6 are fixed 0-dim
+    buffers (persistent, as in the HF state dict).
+    """
+
+    def __init__(
+        self,
+        alpha_p_init: float = 0.8,
+        alpha_n_init: float = 0.8,
+        beta: float = 0.5,
+        eps: float = -1e-6,
+    ) -> None:
+        super().__init__()
+        self.alpha_p_init = alpha_p_init
+        self.alpha_n_init = alpha_n_init
+        self.beta_value = beta
+        self.eps_value = eps
+        self.alpha_p = nn.Parameter(torch.empty(1))
+        self.alpha_n = nn.Parameter(torch.empty(1))
+        self.register_buffer("beta", torch.empty(()))
+        self.register_buffer("eps", torch.empty(()))
+        self.reset_parameters()
+        self._init_self_buffers()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.alpha_p.copy_(softplus_inverse(self.alpha_p_init))
+            self.alpha_n.copy_(softplus_inverse(self.alpha_n_init - self.beta_value))
+
+    def _init_self_buffers(self, *, buffer_device: torch.device | None = None) -> None:
+        device = buffer_device if buffer_device is not None else self.beta.device
+        self.beta = torch.tensor(self.beta_value, dtype=self.beta.dtype, device=device)
+        self.eps = torch.tensor(self.eps_value, dtype=self.eps.dtype, device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return xielu(x, self.alpha_p, self.alpha_n, self.beta, self.eps)
+
+
+class RotaryEmbedding(Module):
+    """Holds the (scaled) RoPE inverse frequencies as a non-persistent fp32 buffer, recomputed
+    by ``init_weights`` after ``to_empty()``; cos/sin are computed per call from positions."""
+
+    def __init__(self, head_dim: int, theta: float, scaling: RopeScaling | None) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.theta = theta
+        self.scaling = scaling
+        self.register_buffer(
+            "inv_freq", rope_inverse_frequencies(head_dim, theta, scaling), persistent=False
+        )
+
+    def _init_self_buffers(self, *, buffer_device: torch.device | None = None) -> None:
+        device = buffer_device if buffer_device is not None else self.inv_freq.device
+        self.inv_freq = rope_inverse_frequencies(self.head_dim, self.theta, self.scaling, device)
+
+    def forward(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_cos_sin(positions, self.inv_freq, dtype)
+
+
+class Attention(Module):
+    """Grouped-query attention with QK-norm before RoPE, scale 1/sqrt(head_dim), no bias
+    (RECIPE §1). ``wo`` is an output projection: init std scaled by 1/sqrt(2 * n_layers)."""
+
+    def __init__(self, config: ApertusModel.Config) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.attention_head_dim
+        self.backend = config.attn_backend
+        std, out_std = config.init_std, config.output_projection_std
+        self.wq = _linear(config.dim, self.n_heads * self.head_dim, std)
+        self.wk = _linear(config.dim, self.n_kv_heads * self.head_dim, std)
+        self.wv = _linear(config.dim, self.n_kv_heads * self.head_dim, std)
+        self.wo = _linear(self.n_heads * self.head_dim, config.dim, out_std)
+        self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttentionMask
+    ) -> torch.Tensor:
+        batch, seq_len, _ = x.shape
+        q = self.wq(x).view(batch, seq_len, self.n_heads, self.head_dim)
+        k = self.wk(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
+        # RECIPE §1: QK-norm over head_dim, applied before RoPE.
+        q, k = apply_rotary_embedding(self.q_norm(q), self.k_norm(k), cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D]
+        scale = 1.0 / math.sqrt(self.head_dim)
+        gqa = self.n_kv_heads != self.n_heads
+        if isinstance(mask, BlockMask):
+            if q.device.type == "cpu" and q.requires_grad:
+                # torch's FlexAttention has no CPU backward (PLATFORM.md, CPU blocker 3).
+                raise ApertusError(
+                    "attn_backend='flex' cannot train on CPU (FlexAttention has no CPU "
+                    "backward); use attn_backend='sdpa' on CPU"
+                )
+            flex, _ = _flex_functions(q.device)
+            out = flex(q, k, v, block_mask=mask, scale=scale, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa
+            )
+        out = out.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim)
+        return self.wo(out)
+
+
+class FeedForward(Module):
+    """Non-gated MLP ``down(xIELU(up(x)))`` (RECIPE §1); ``w_down`` is an output projection."""
+
+    def __init__(self, config: ApertusModel.Config) -> None:
+        super().__init__()
+        self.w_up = _linear(config.dim, config.ffn_hidden, config.init_std)
+        self.act = XIELU()
+        self.w_down = _linear(config.ffn_hidden, config.dim, config.output_projection_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w_down(self.act(self.w_up(x)))
+
+
+class TransformerBlock(Module):
+    """Pre-norm block (RECIPE §1): ``h = x + Attn(RMSNorm(x))``, ``out = h + MLP(RMSNorm(h))``."""
+
+    def __init__(self, config: ApertusModel.Config) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps)
+        self.attention = Attention(config)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttentionMask
+    ) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class ApertusModel(BaseModel):
+    """The Apertus decoder: token embedding, ``n_layers`` blocks, final RMSNorm, untied
+    ``lm_head``; no bias anywhere (RECIPE §1).
+
+    ``forward(tokens [B, L], positions [B, L] | None) -> logits [B, L, vocab]``; ``positions=None``
+    means one document per row (0..L-1). Construction already applies the recipe init, so a model
+    built on a real device is ready to use; under ``torch.device("meta")`` call ``to_empty()`` and
+    then ``init_weights()`` (what the torchtitan trainer does after sharding).
+
+    Init (RECIPE §1, Megatron's scheme): every weight matrix, the embedding and the untied
+    ``lm_head`` included, ~ N(0, init_std); the blocks' output projections (``attention.wo`` and
+    ``feed_forward.w_down``) ~ N(0, init_std / sqrt(2 * n_layers)); norm weights 1; xIELU
+    alpha_p = alpha_n = 0.8 (effective).
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(BaseModel.Config):
+        """Shape and init of an Apertus model; validated on creation (``ApertusError``).
+
+        ``head_dim=None`` derives it as ``dim // n_heads``; ``rope_scaling=None`` turns the
+        Llama-3.1 frequency scaling off. ``max_seq_len`` bounds the input length (RoPE is
+        computed from positions, so it only guards against silently running past the context
+        the flavor was made for). ``attn_backend``: "sdpa" (dense mask, any device, the CPU
+        default) or "flex" (FlexAttention block mask, compiled on CUDA).
+        """
+
+        dim: int
+        n_layers: int
+        n_heads: int
+        n_kv_heads: int
+        ffn_hidden: int
+        vocab_size: int
+        head_dim: int | None = None
+        norm_eps: float = 1e-5
+        rope_theta: float = 500_000.0
+        rope_scaling: RopeScaling | None = field(default_factory=RopeScaling)
+        max_seq_len: int = 4096
+        init_std: float = 0.008944
+        attn_backend: AttentionBackend = "sdpa"
+
+        def __post_init__(self) -> None:
+            validate_config(self)
+
+        @property
+        def attention_head_dim(self) -> int:
+            """``head_dim``, or ``dim // n_heads`` when it is not given."""
+            return self.head_dim if self.head_dim is not None else self.dim // self.n_heads
+
+        @property
+        def output_projection_std(self) -> float:
+            """Init std of the blocks' output projections: init_std / sqrt(2 * n_layers)."""
+            return self.init_std / math.sqrt(2 * self.n_layers)
+
+        def update_from_config(self, *, config, **kwargs) -> None:
+            """Check the trainer's settings against this shape (torchtitan calls this before
+            building): the training sequence length must fit ``max_seq_len``, and a tensor
+            parallel degree must divide both head counts."""
+            training = getattr(config, "training", None)
+            seq_len = getattr(training, "seq_len", None)
+            if seq_len is not None and seq_len > self.max_seq_len:
+                raise ApertusError(
+                    f"training.seq_len={seq_len} exceeds the model's max_seq_len="
+                    f"{self.max_seq_len}; raise max_seq_len in the flavor overrides"
+                )
+            parallelism = getattr(config, "parallelism", None)
+            tp = getattr(parallelism, "tensor_parallel_degree", 1) or 1
+            for name in ("n_heads", "n_kv_heads"):
+                if getattr(self, name) % tp != 0:
+                    raise ApertusError(
+                        f"parallelism.tensor_parallel_degree={tp} does not divide "
+                        f"{name}={getattr(self, name)}"
+                    )
+
+        def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
+            """Parameter count and training FLOPs per token (torchtitan's dense formula:
+            6 * non-embedding params + 6 * layers * heads * (qk + v head dims) * seq_len)."""
+            return get_dense_model_nparams_and_flops(
+                model,
+                n_layers=self.n_layers,
+                n_heads=self.n_heads,
+                head_dims=2 * self.attention_head_dim,
+                seq_len=seq_len,
+            )
+
+    # Set by torchtitan's trainer when ChunkedLossWrapper applies lm_head chunk by chunk.
+    _skip_lm_head: bool = False
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = Embedding.Config(
+            num_embeddings=config.vocab_size,
+            embedding_dim=config.dim,
+            param_init=_normal_init(config.init_std),
+        ).build()
+        self.rope = RotaryEmbedding(
+            config.attention_head_dim, config.rope_theta, config.rope_scaling
+        )
+        # A ModuleDict keyed by layer index, as torchtitan does, so pipeline stages can drop
+        # layers while the remaining ones keep their checkpoint names.
+        self.layers = ModuleDict({str(i): TransformerBlock(config) for i in range(config.n_layers)})
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        # RECIPE §1: untied lm_head; initialised like every other matrix, N(0, init_std)
+        # (Megatron's init_method_normal for an untied output layer), not depth-scaled.
+        self.lm_head = _linear(config.dim, config.vocab_size, config.init_std)
+        # nn.Linear / nn.Embedding constructors apply their own default init; replace it with
+        # the recipe's so that build() alone yields a correctly initialised model.
+        with torch.no_grad():
+            self.init_weights()
+
+    def attention_mask(self, positions: torch.Tensor | None, tokens: torch.Tensor) -> AttentionMask:
+        """The mask the blocks get for these positions, in the configured backend's form."""
+        if positions is None:
+            if self.config.attn_backend == "sdpa":
+                return None  # plain causal: SDPA's is_causal path, no dense mask needed
+            positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+        if self.config.attn_backend == "flex":
+            return block_causal_block_mask(positions)
+        return block_causal_mask(positions)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        if tokens.dim() != 2:
+            raise ApertusError(f"tokens must be [batch, seq_len], got shape {tuple(tokens.shape)}")
+        batch, seq_len = tokens.shape
+        if seq_len > self.config.max_seq_len:
+            raise ApertusError(
+                f"sequence length {seq_len} exceeds the model's max_seq_len="
+                f"{self.config.max_seq_len}"
+            )
+        if positions is not None:
+            if positions.shape != tokens.shape:
+                raise ApertusError(
+                    f"positions must have the shape of tokens {tuple(tokens.shape)}, "
+                    f"got {tuple(positions.shape)}"
+                )
+            if positions.dtype.is_floating_point or positions.dtype == torch.bool:
+                raise ApertusError(f"positions must be integers, got dtype {positions.dtype}")
+        mask = self.attention_mask(positions, tokens)
+        if positions is None:
+            positions = torch.arange(seq_len, device=tokens.device).expand(batch, seq_len)
+
+        h = self.tok_embeddings(tokens)
+        cos, sin = self.rope(positions, h.dtype)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin, mask)
+        h = self.norm(h)
+        if self._skip_lm_head:
+            return h
+        return self.lm_head(h)
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face names
+# --------------------------------------------------------------------------------------------
+
+# (our state-dict key, transformers ApertusForCausalLM key); {i} is the layer index.
+HF_KEY_RULES: tuple[tuple[str, str], ...] = (
+    ("tok_embeddings.weight", "model.embed_tokens.weight"),
+    ("layers.{i}.attention_norm.weight", "model.layers.{i}.attention_layernorm.weight"),
+    ("layers.{i}.attention.wq.weight", "model.layers.{i}.self_attn.q_proj.weight"),
+    ("layers.{i}.attention.wk.weight", "model.layers.{i}.self_attn.k_proj.weight"),
+    ("layers.{i}.attention.wv.weight", "model.layers.{i}.self_attn.v_proj.weight"),
+    ("layers.{i}.attention.wo.weight", "model.layers.{i}.self_attn.o_proj.weight"),
+    ("layers.{i}.attention.q_norm.weight", "model.layers.{i}.self_attn.q_norm.weight"),
+    ("layers.{i}.attention.k_norm.weight", "model.layers.{i}.self_attn.k_norm.weight"),
+    ("layers.{i}.ffn_norm.weight", "model.layers.{i}.feedforward_layernorm.weight"),
+    ("layers.{i}.feed_forward.w_up.weight", "model.layers.{i}.mlp.up_proj.weight"),
+    ("layers.{i}.feed_forward.w_down.weight", "model.layers.{i}.mlp.down_proj.weight"),
+    ("layers.{i}.feed_forward.act.alpha_p", "model.layers.{i}.mlp.act_fn.alpha_p"),
+    ("layers.{i}.feed_forward.act.alpha_n", "model.layers.{i}.mlp.act_fn.alpha_n"),
+    ("layers.{i}.feed_forward.act.beta", "model.layers.{i}.mlp.act_fn.beta"),
+    ("layers.{i}.feed_forward.act.eps", "model.layers.{i}.mlp.act_fn.eps"),
+    ("norm.weight", "model.norm.weight"),
+    ("lm_head.weight", "lm_head.weight"),
+)
+
+
+def _rule_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + re.escape(pattern).replace(r"\{i\}", r"(?P<i>\d+)") + "$")
+
+
+_TO_HF = [(_rule_regex(ours), hf) for ours, hf in HF_KEY_RULES]
+_FROM_HF = [(_rule_regex(hf), ours) for ours, hf in HF_KEY_RULES]
+
+
+def _translate(key: str, rules: list[tuple[re.Pattern[str], str]], what: str) -> str:
+    for regex, target in rules:
+        match = regex.match(key)
+        if match:
+            return target.format(**match.groupdict())
+    raise ApertusError(f"no {what} name for state-dict key {key!r}")
+
+
+def hf_key(key: str) -> str:
+    """Our state-dict key -> the transformers ``ApertusForCausalLM`` key."""
+    return _translate(key, _TO_HF, "Hugging Face")
+
+
+def apertus_key(key: str) -> str:
+    """A transformers ``ApertusForCausalLM`` key -> our state-dict key."""
+    return _translate(key, _FROM_HF, "Apertus")
