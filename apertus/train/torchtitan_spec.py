@@ -1,0 +1,705 @@
+"""Apertus in torchtitan 0.3.0's trainer, out of tree: the model spec, the parallelize function,
+the AdEMAMix optimizer container, the recipe's LR schedules, the metrics and checkpoint
+components, and the CPU workarounds (RECIPE.md §1-§4, §6; PLATFORM.md "torchtitan 0.3.0").
+
+Everything here plugs into torchtitan's own `Trainer` through its config: `config_registry`
+builds a `Trainer.Config` whose component configs are the subclasses below, and torchtitan's
+`Configurable.build()` constructs them. No torchtitan file is modified; the only monkeypatches
+are the two CPU blockers in `use_cpu_device` and `patch_missing_set_timeout`.
+
+Pieces:
+- `apertus_model_spec`: the `ModelSpec` (no pipelining, no HF state-dict adapter: export is its
+  own stage).
+- `parallelize_apertus`: activation checkpointing, per-block compile, FSDP2 (data parallelism
+  only; TP / CP / PP / EP raise).
+- `AdEMAMixOptimizers` + `ademamix_optimizer`: torchtitan's optimizer container with AdEMAMix
+  registered, two parameter groups (no weight decay for norms and the xIELU scalars), checked
+  against `apertus.train.ademamix.param_groups`.
+- `RecipeLRSchedulers`: Warmup-Stable-Decay with the 1-sqrt cooldown (`wsd_lr`) or constant
+  LR after a warmup (`constant_lr_with_warmup`), evaluated exactly per step.
+- `ApertusMetrics`: torchtitan's metrics (console, TensorBoard) plus a JSON Lines file, the
+  loss-mask fractions from the data loader, and a stop on a non-finite gradient norm.
+- `FiniteCheckpointManager`: torchtitan's DCP checkpointer that refuses to write NaN/inf
+  weights, so the last checkpoint on disk is always a good one.
+- `init_weights_world_size_invariant`: on CPU, the same initial weights whatever the number of
+  ranks (DTensor's random ops shard only on CUDA-like devices).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.optim.lr_scheduler import LRScheduler
+from torchtitan.components.checkpoint import MODEL, CheckpointManager
+from torchtitan.components.checkpointer.utils import canonical_fqn
+from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor
+from torchtitan.components.optimizer import (
+    LRSchedulersContainer,
+    OptimizersContainer,
+    ParamGroupConfig,
+)
+from torchtitan.config import TORCH_DTYPE_MAP, CompileConfig, ParallelismConfig, TrainingConfig
+from torchtitan.distributed import ParallelDims
+from torchtitan.distributed.activation_checkpoint import ActivationCheckpointingConfig
+from torchtitan.distributed.compile import apply_compile
+from torchtitan.distributed.fsdp import get_fsdp_reshard_after_forward_policy
+from torchtitan.protocols.model_spec import ModelSpec
+from torchtitan.tools.logging import logger
+
+from apertus.core import ApertusError
+from apertus.model.model import ApertusModel
+from apertus.train.ademamix import AdEMAMix, param_groups
+from apertus.train.dataloader import LossMaskCounts, active_loader
+from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
+
+__all__ = [
+    "NO_DECAY_PATTERN",
+    "AdEMAMixOptimizers",
+    "ApertusMetrics",
+    "FiniteCheckpointManager",
+    "JsonlMetricsLogger",
+    "RecipeLRSchedulers",
+    "ademamix_optimizer",
+    "apertus_model_spec",
+    "assert_finite_parameters",
+    "init_weights_world_size_invariant",
+    "parallelize_apertus",
+    "patch_missing_set_timeout",
+    "read_metrics",
+    "use_cpu_device",
+]
+
+# ---------------------------------------------------------------------------------------------
+# CPU workarounds (PLATFORM.md, torchtitan 0.3.0, CPU blockers 1 and 2)
+# ---------------------------------------------------------------------------------------------
+
+
+class _CpuDeviceModule:
+    """`torch.cpu` plus the `torch.cuda` calls torchtitan makes whatever the device.
+
+    torchtitan picks its device module once, at import, and falls back to `torch.cuda` when no
+    accelerator is present; the trainer then calls `set_device`, the memory monitor calls
+    `get_device_name` / `get_device_properties` / `memory_stats`, and the PG-timeout barrier
+    passes `current_device()` as a device id (gloo wants an int). Memory "peaks" are the
+    process's peak resident set size (it cannot be reset, so it is the peak since start).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def set_device(device: Any) -> None:
+        del device  # one CPU "device" per process
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return "cpu"
+
+    @staticmethod
+    def get_device_properties(device: Any = None) -> Any:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return type("CpuProperties", (), {"total_memory": total, "name": "cpu"})()
+
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak}
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        return None
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        return None
+
+
+# Modules that copy `device_type` / `device_module` out of torchtitan.tools.utils at import.
+_DEVICE_MODULES = (
+    "torchtitan.tools.utils",
+    "torchtitan.components.metrics",
+    "torchtitan.distributed.parallel_dims",
+    "torchtitan.distributed.utils",
+    "torchtitan.tools.profiler",
+    "torchtitan.models.common.token_dispatcher",
+)
+
+
+def use_cpu_device() -> None:
+    """Make torchtitan run on the CPU (blocker 1: its device type falls back to "cuda").
+
+    Sets `device_type = "cpu"` and a CPU device module in every torchtitan module that copied
+    them at import. Must run before the trainer is built; idempotent.
+    """
+    import importlib
+
+    cpu_module = _CpuDeviceModule()
+    for name in _DEVICE_MODULES:
+        module = importlib.import_module(name)
+        if hasattr(module, "device_type"):
+            module.device_type = "cpu"
+        if hasattr(module, "device_module"):
+            module.device_module = cpu_module
+    patch_missing_set_timeout()
+
+
+def _set_timeout(timeout: timedelta, group: dist.ProcessGroup | None = None) -> None:
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    pg.set_timeout(timeout)
+
+
+def patch_missing_set_timeout() -> None:
+    """Blocker 2: torchtitan lowers the process-group timeouts after the first step with
+    `torch.distributed.set_timeout`, which torch 2.13 does not have; map it to the process
+    group's own `set_timeout`. No-op where torch has it."""
+    if not hasattr(dist, "set_timeout"):
+        dist.set_timeout = _set_timeout
+
+
+def running_on_cpu() -> bool:
+    """Whether torchtitan's device type is (now) the CPU."""
+    from torchtitan.tools import utils
+
+    return utils.device_type == "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# Model spec and parallelism
+# ---------------------------------------------------------------------------------------------
+
+
+def parallelize_apertus(
+    model: ApertusModel,
+    *,
+    parallel_dims: ParallelDims,
+    training: TrainingConfig,
+    parallelism: ParallelismConfig,
+    compile_config: CompileConfig,
+    ac_config: ActivationCheckpointingConfig,
+    dump_folder: str,
+) -> nn.Module:
+    """Activation checkpointing, per-block torch.compile, then FSDP2 over the data-parallel
+    ranks (HSDP when `data_parallel_replicate_degree` > 1), as torchtitan's llama3 does.
+
+    FSDP units: the embedding, each block, the final norm with lm_head, and the root. Gradients
+    are summed, not averaged, across ranks (the trainer already divides the loss by the global
+    number of kept tokens) and the reduction is forced to a plain SUM, because gloo has no
+    PREMUL_SUM (PLATFORM.md blocker 4). Only data parallelism is implemented for Apertus.
+    """
+    for name, enabled in (
+        ("tensor", parallel_dims.tp_enabled),
+        ("context", parallel_dims.cp_enabled),
+        ("pipeline", parallel_dims.pp_enabled),
+        ("expert", parallel_dims.ep_enabled),
+    ):
+        if enabled:
+            raise ApertusError(f"{name} parallelism is not implemented for Apertus; use FSDP")
+    if parallelism.spmd_backend != "partial_dtensor":
+        # PLATFORM.md blocker 5: spmd_types wants sharding configs for every new module.
+        raise ApertusError(
+            f"parallelism.spmd_backend={parallelism.spmd_backend!r}: Apertus is FSDP-only and "
+            "runs with the 'partial_dtensor' backend"
+        )
+    if ac_config is not None:
+        ac_config.build(dump_folder=dump_folder).apply(model)
+    if compile_config.enable and "model" in compile_config.components:
+        apply_compile(model, compile_config=compile_config, parallel_dims=parallel_dims)
+
+    names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
+    mesh = parallel_dims.get_mesh(names)
+    fsdp_options: dict[str, Any] = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(
+            param_dtype=TORCH_DTYPE_MAP[training.mixed_precision_param],
+            reduce_dtype=TORCH_DTYPE_MAP[training.mixed_precision_reduce],
+            cast_forward_inputs=False,
+        ),
+    }
+    reshard = get_fsdp_reshard_after_forward_policy(
+        parallelism.fsdp_reshard_after_forward, pp_enabled=False
+    )
+    fully_shard(model.tok_embeddings, **fsdp_options, reshard_after_forward=reshard)
+    for block in model.layers.values():
+        fully_shard(block, **fsdp_options, reshard_after_forward=reshard)
+    # The last unit runs first in backward, so it is not resharded after forward by default.
+    fully_shard(
+        [model.norm, model.lm_head],
+        **fsdp_options,
+        reshard_after_forward=parallelism.fsdp_reshard_after_forward == "always",
+    )
+    fully_shard(model, **fsdp_options)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    logger.info(f"Applied FSDP to Apertus over {mesh.size()} rank(s)")
+    return model
+
+
+@torch.no_grad()
+def init_weights_world_size_invariant(
+    optimizers: OptimizersContainer,
+    model_parts: list[nn.Module],
+    parallel_dims: ParallelDims,
+    *,
+    model_config: ApertusModel.Config,
+    seed: int,
+) -> None:
+    """Give the sharded model the weights of ``torch.manual_seed(seed); model_config.build()``
+    (the recipe init, on one CPU), whatever the number of ranks.
+
+    Used as the model spec's `post_optimizer_build_fn`, the trainer's first hook after it
+    initialises the sharded model. On CPU each rank draws its shard from the same generator
+    state (DTensor's offset-based RNG supports CUDA-like devices only), so ranks would start
+    with copies of one shard and a 2-rank run would start from other weights than a 1-rank
+    run. On accelerators DTensor's RNG already makes the init independent of sharding and this
+    is a no-op. A checkpoint loaded afterwards replaces these weights. The reference model is
+    built whole in each process: fine for CPU-sized models.
+    """
+    del optimizers, parallel_dims
+    if not running_on_cpu():
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reference = model_config.build()
+    for part in model_parts:
+        set_model_state_dict(
+            part,
+            reference.state_dict(),
+            options=StateDictOptions(full_state_dict=True, strict=True),
+        )
+
+
+def apertus_model_spec(flavor: str, model_config: ApertusModel.Config, *, seed: int) -> ModelSpec:
+    """The `ModelSpec` torchtitan's trainer builds Apertus from."""
+    return ModelSpec(
+        name="apertus",
+        flavor=flavor,
+        model=model_config,
+        parallelize_fn=parallelize_apertus,
+        pipelining_fn=None,
+        post_optimizer_build_fn=partial(
+            init_weights_world_size_invariant, model_config=model_config, seed=seed
+        ),
+        state_dict_adapter=None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer: AdEMAMix in torchtitan's container
+# ---------------------------------------------------------------------------------------------
+
+# Parameters without weight decay (RECIPE.md §1, §3): the RMSNorm weights (attention_norm,
+# ffn_norm, q_norm, k_norm and the final norm, all `...norm.weight`) and the xIELU scalars.
+# The container checks this against `ademamix.param_groups` (1-D params and xIELU scalars).
+NO_DECAY_PATTERN = r"norm\.weight$|\.alpha_[pn]$"
+
+
+class AdEMAMixOptimizers(OptimizersContainer):
+    """torchtitan's `OptimizersContainer` that also knows ``optimizer_name="AdEMAMix"``
+    (`apertus.train.ademamix.AdEMAMix`; RECIPE.md §3).
+
+    On construction it checks the weight-decay split of the parameter groups against
+    `ademamix.param_groups`: norm weights and xIELU scalars must not be decayed, and every other
+    parameter must be decayed when some group decays.
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(OptimizersContainer.Config):
+        pass
+
+    @staticmethod
+    def _resolve_optimizer_factory(name: str) -> Callable[..., torch.optim.Optimizer]:
+        if name == "AdEMAMix":
+            return _build_ademamix
+        return OptimizersContainer._resolve_optimizer_factory(name)
+
+    def __init__(self, config: Config, *, model_parts: list[nn.Module]) -> None:
+        super().__init__(config, model_parts=model_parts)
+        decayed_somewhere = any(
+            group.get("weight_decay", 0.0) > 0
+            for optimizer in self.optimizers
+            for group in optimizer.param_groups
+        )
+        for model in model_parts:
+            expected = param_groups(model, weight_decay=1.0)
+            no_decay = {
+                canonical_fqn(n)
+                for g in expected
+                if g["name"] == "no_decay"
+                for n in g["param_names"]
+            }
+            for optimizer in self.optimizers:
+                for group in optimizer.param_groups:
+                    decays = group.get("weight_decay", 0.0) > 0
+                    for name in group.get("param_names", []):
+                        if decays and name in no_decay:
+                            raise ApertusError(
+                                f"optimizer: {name} is a norm weight or xIELU scalar and must "
+                                "not get weight decay (RECIPE.md §1); fix the param_groups "
+                                "patterns"
+                            )
+                        if decayed_somewhere and not decays and name not in no_decay:
+                            raise ApertusError(
+                                f"optimizer: {name} is a weight matrix but its group has no "
+                                "weight decay; fix the param_groups patterns"
+                            )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Every option of the saved param groups is restored except the LR, which belongs to
+        # the schedule (RecipeLRSchedulers.load_state_dict sets it from the resumed step).
+        lrs = [[group["lr"] for group in opt.param_groups] for opt in self.optimizers]
+        super().load_state_dict(state_dict)
+        for optimizer, saved in zip(self.optimizers, lrs, strict=True):
+            for group, lr in zip(optimizer.param_groups, saved, strict=True):
+                group["lr"] = lr
+
+
+def _build_ademamix(groups: list[dict[str, Any]], **kwargs: Any) -> AdEMAMix:
+    # The container passes only parameter groups, each carrying every option; AdEMAMix's
+    # constructor also wants a default LR, which no group falls back to.
+    return AdEMAMix(groups, lr=groups[0]["lr"], **kwargs)
+
+
+def ademamix_optimizer(
+    *,
+    lr: float,
+    betas: tuple[float, float, float],
+    alpha: float,
+    t_alpha: int | None,
+    t_beta3: int | None,
+    eps: float,
+    weight_decay: float,
+) -> AdEMAMixOptimizers.Config:
+    """The container config for AdEMAMix with the recipe's two groups; `lr` is the peak LR
+    (the schedule scales from it)."""
+    options: dict[str, Any] = {
+        "lr": lr,
+        "betas": tuple(betas),
+        "alpha": alpha,
+        "t_alpha": t_alpha,
+        "t_beta3": t_beta3,
+        "eps": eps,
+    }
+    return AdEMAMixOptimizers.Config(
+        # foreach: AdEMAMix's multi-tensor path; "fused" would only be a flag it ignores.
+        implementation="foreach",
+        param_groups=[
+            ParamGroupConfig(
+                pattern=NO_DECAY_PATTERN,
+                optimizer_name="AdEMAMix",
+                optimizer_kwargs={**options, "weight_decay": 0.0},
+            ),
+            ParamGroupConfig(
+                pattern=r".*",
+                optimizer_name="AdEMAMix",
+                optimizer_kwargs={**options, "weight_decay": weight_decay},
+            ),
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning-rate schedule
+# ---------------------------------------------------------------------------------------------
+
+
+class _RecipeLR(LRScheduler):
+    """Sets each group's LR to ``schedule(step, peak)`` with the group's initial LR as peak;
+    stateless in the step, as torchtitan's checkpointing of schedulers assumes."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, schedule: Callable[[int, float], float]):
+        self.schedule = schedule
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        return [self.schedule(self.last_epoch, base_lr) for base_lr in self.base_lrs]
+
+
+class RecipeLRSchedulers(LRSchedulersContainer):
+    """torchtitan's scheduler container running the recipe's schedules (RECIPE.md §4, §6):
+
+    - ``kind="wsd"``: `apertus.train.schedule.wsd_lr`, linear warmup from ``warmup_start`` x
+      peak over `warmup_steps`, stable, then the 1-sqrt cooldown over the last `decay_steps`
+      down to ``min_lr_factor`` x peak;
+    - ``kind="constant"``: `constant_lr_with_warmup` (long-context stages).
+
+    The peak is each optimizer group's configured LR; update ``i`` (0-based) runs at
+    ``schedule(i)`` exactly. `total_steps` defaults to the run's steps. torchtitan's own
+    `decay_ratio` / `decay_type` do not apply (the cooldown is always 1-sqrt, in steps).
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(LRSchedulersContainer.Config):
+        kind: Literal["wsd", "constant"] = "wsd"
+        """"wsd" (Warmup-Stable-Decay, 1-sqrt cooldown) or "constant" after warmup."""
+
+        decay_steps: int = 0
+        """Length of the cooldown at the end of the schedule (wsd only)."""
+
+        warmup_start: float = 0.0
+        """LR at step 0 as a fraction of the peak (wsd only; the scripts warm up from 0)."""
+
+        decay_type: Literal["linear", "sqrt", "cosine"] = "sqrt"
+        min_lr_factor: float = 0.1
+
+        def __post_init__(self) -> None:
+            if self.decay_ratio is not None or self.decay_type != "sqrt":
+                raise ValueError(
+                    "the recipe schedule sets its cooldown with kind/decay_steps (1-sqrt); "
+                    "leave decay_ratio unset and decay_type='sqrt'"
+                )
+            if self.kind not in ("wsd", "constant"):
+                raise ValueError(
+                    f"lr_scheduler.kind must be 'wsd' or 'constant', not {self.kind!r}"
+                )
+
+        # pyrefly: ignore [bad-override]
+        def build(self, *, optimizers: OptimizersContainer, training_steps: int):
+            total = self.total_steps if self.total_steps is not None else training_steps
+            if self.kind == "wsd":
+                # Validates the combination now rather than at the first step.
+                wsd_lr(
+                    0,
+                    peak=1.0,
+                    warmup_steps=self.warmup_steps,
+                    total_steps=total,
+                    decay_steps=self.decay_steps,
+                    min_lr_ratio=self.min_lr_factor,
+                    warmup_start=self.warmup_start,
+                )
+                schedule = partial(
+                    _wsd_at,
+                    warmup_steps=self.warmup_steps,
+                    total_steps=total,
+                    decay_steps=self.decay_steps,
+                    min_lr_ratio=self.min_lr_factor,
+                    warmup_start=self.warmup_start,
+                )
+            else:
+                schedule = partial(_constant_at, warmup_steps=self.warmup_steps)
+            return RecipeLRSchedulers(optimizers, schedule)
+
+    def __init__(
+        self, optimizers: OptimizersContainer, schedule: Callable[[int, float], float]
+    ) -> None:
+        if len(optimizers) == 0:
+            raise ApertusError("no optimizer to schedule")
+        self.schedulers = [_RecipeLR(optimizer, schedule) for optimizer in optimizers]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # The LR is a function of the step alone: after a resume the next update runs at this
+        # run's schedule(step), also when the spec's LR changed since the checkpoint. DCP loads
+        # the lr_scheduler before the optimizer (sorted keys), whose saved param groups carry
+        # the old LR; AdEMAMixOptimizers.load_state_dict keeps the LR set here.
+        super().load_state_dict(state_dict)
+        for scheduler in self.schedulers:
+            for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_lr(), strict=True):
+                group["lr"] = lr
+            scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+
+
+def _wsd_at(step: int, peak: float, *, total_steps: int, **options: Any) -> float:
+    # The scheduler also steps once after the last update (and reloads there on resume); that
+    # LR is never used, so the schedule's last value stands in for it.
+    return wsd_lr(min(step, total_steps - 1), peak=peak, total_steps=total_steps, **options)
+
+
+def _constant_at(step: int, peak: float, *, warmup_steps: int) -> float:
+    return constant_lr_with_warmup(step, lr=peak, warmup_steps=warmup_steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+# torchtitan metric names -> the short names of the JSON Lines file.
+_JSONL_NAMES = {
+    "loss_metrics/global_avg_loss": "loss",
+    "loss_metrics/global_max_loss": "max_loss",
+    "grad_norm": "grad_norm",
+    "throughput(tps)": "tokens_per_s",
+    "n_tokens_seen": "tokens_seen",
+    "loss_mask/goldfish_fraction": "goldfish_fraction",
+    "loss_mask/eod_fraction": "eod_fraction",
+    "loss_mask/kept_tokens": "kept_tokens",
+    "time_metrics/end_to_end(s)": "step_time_s",
+}
+
+
+class JsonlMetricsLogger(BaseLogger):
+    """One JSON object per logged step, appended and flushed line by line (a killed run leaves
+    whole lines). Keys: ``step``, ``time``, the short names of `_JSONL_NAMES`, ``lr`` (the first
+    group's; all groups share the schedule) and every other torchtitan metric under its own name.
+    A resumed run appends: steps redone after a resume appear again, and `read_metrics` keeps
+    the last record of each step."""
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        record: dict[str, Any] = {"step": step, "time": time.time()}
+        lr_keys = sorted(k for k in metrics if k.startswith("lr/"))
+        if lr_keys:
+            record["lr"] = metrics[lr_keys[0]]
+        for key, value in metrics.items():
+            record[_JSONL_NAMES.get(key, key)] = value
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """The JSON Lines metrics of a run: step -> its last record (a resumed run re-logs the
+    steps after its checkpoint). A truncated last line (killed mid-write) is skipped."""
+    records: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            records[int(record["step"])] = record
+    return dict(sorted(records.items()))
+
+
+class ApertusMetrics(MetricsProcessor):
+    """torchtitan's `MetricsProcessor` plus:
+
+    - `jsonl_file`: per-step metrics as JSON Lines (rank 0), next to TensorBoard if enabled;
+    - the data loader's loss-mask counts since the last log, summed over all ranks: Goldfish's
+      dropped fraction (~1/k), the EOD-masked fraction and the kept tokens;
+    - a stop on a non-finite gradient norm. torchtitan already stops on a non-finite loss; a
+      finite loss with NaN/inf gradients would otherwise poison the weights silently. Both
+      checks run before the step's checkpoint is written, on every rank (the values are
+      global), so no checkpoint holds the result of a bad step. With ``log_freq=1`` (what
+      `config_registry` sets) every step is checked.
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(MetricsProcessor.Config):
+        jsonl_file: str = ""
+        """JSON Lines metrics file; relative paths are under the dump folder. Empty: none."""
+
+    def _build_metric_logger(self, *, config: Config, dump_folder: str, **kwargs: Any):
+        base = super()._build_metric_logger(config=config, dump_folder=dump_folder, **kwargs)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        if not config.jsonl_file or rank != 0:
+            return base
+        loggers = LoggerContainer()
+        loggers.add_logger(base)
+        loggers.add_logger(JsonlMetricsLogger(os.path.join(dump_folder, config.jsonl_file)))
+        return loggers
+
+    def _global_mask_counts(self) -> LossMaskCounts | None:
+        loader = active_loader()
+        if loader is None:
+            return None
+        counts = loader.mask_counts.as_tensor()
+        loader.mask_counts = LossMaskCounts()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            from torchtitan.tools import utils
+
+            # Ranks that share data (none under FSDP) would count twice; the fractions are
+            # unaffected.
+            on_device = counts.to(torch.device(utils.device_type))
+            dist.all_reduce(on_device)
+            counts = on_device.cpu()
+        return LossMaskCounts.from_tensor(counts)
+
+    def log(
+        self,
+        step: int,
+        global_avg_loss: float,
+        global_max_loss: float,
+        grad_norm: float,
+        extra_metrics: dict[str, Any] | None = None,
+    ) -> None:
+        if not math.isfinite(grad_norm):
+            raise RuntimeError(
+                f"Gradient norm is not finite (grad_norm={grad_norm}) at step {step}. "
+                "Stopping training; no checkpoint is written for this step."
+            )
+        extra = dict(extra_metrics or {})
+        counts = self._global_mask_counts()
+        if counts is not None:
+            extra["loss_mask/goldfish_fraction"] = counts.goldfish_fraction
+            extra["loss_mask/eod_fraction"] = counts.eod_fraction
+            extra["loss_mask/kept_tokens"] = counts.kept
+        super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpointing
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def assert_finite_parameters(modules: list[nn.Module], what: str) -> None:
+    """Raise on every rank if any rank holds a NaN/inf parameter (local shards are checked
+    and the count of bad tensors is summed over the ranks)."""
+    bad, first = 0, ""
+    device = torch.device("cpu")
+    for module in modules:
+        for name, param in module.named_parameters():
+            local = param.to_local() if isinstance(param, DTensor) else param
+            device = local.device
+            if not bool(torch.isfinite(local).all()):
+                bad += 1
+                first = first or canonical_fqn(name)
+    count = torch.tensor([bad], dtype=torch.int64, device=device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(count)
+    total = int(count.item())
+    if total:
+        where = f" (on this rank: {first})" if first else ""
+        raise RuntimeError(
+            f"Weights are not finite: {total} parameter shard(s) hold NaN/inf{where}. "
+            f"Refusing to write the {what}; the previous checkpoint is kept."
+        )
+
+
+class FiniteCheckpointManager(CheckpointManager):
+    """torchtitan's DCP `CheckpointManager` that checks the weights are finite before each
+    save and refuses (raising on every rank) otherwise, so a diverged step never replaces the
+    last good checkpoint."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(CheckpointManager.Config):
+        pass
+
+    def _save(self, curr_step: int, last_step: bool = False) -> bool:
+        if self._should_save(curr_step, last_step):
+            assert_finite_parameters(self.states[MODEL].model, f"checkpoint of step {curr_step}")
+        return super()._save(curr_step, last_step)
