@@ -84,6 +84,9 @@ class LRSpec:
     decay_steps: int = 0
     min_lr_ratio: float = 0.1
     warmup_start: float = 0.0
+    total_steps: int | None = None
+    """Horizon of the schedule when it spans several runs (pretraining phases continue one
+    WSD schedule); None = this run's `steps`."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,10 @@ class CheckpointSpec:
     interval: int = 500
     initial: str | None = None
     keep_latest: int = 0
+    initial_mode: str = "weights"
+    """With `initial`: "weights" starts a new stage (fresh optimizer, schedule and data; the
+    long-context stages), "continue" carries on the previous run's optimizer, schedule and step
+    count with fresh data (the next pretraining phase)."""
 
 
 @dataclass(frozen=True)
@@ -226,12 +233,18 @@ def _validate(spec: RunSpec, where: str) -> RunSpec:
     for name in ("min_lr_ratio", "warmup_start"):
         value = getattr(lr, name)
         _check(_is_number(value) and 0 <= value <= 1, where, f"lr.{name} must be in [0, 1]")
+    horizon = spec.steps if lr.total_steps is None else lr.total_steps
+    _check(
+        _is_int(horizon) and horizon >= spec.steps,
+        where,
+        f"lr.total_steps must be an integer >= steps ({spec.steps}), got {lr.total_steps!r}",
+    )
     if lr.kind == "wsd":
         _check(
-            lr.warmup_steps + lr.decay_steps <= spec.steps,
+            lr.warmup_steps + lr.decay_steps <= horizon,
             where,
             f"lr.warmup_steps + lr.decay_steps ({lr.warmup_steps} + {lr.decay_steps}) exceed "
-            f"steps ({spec.steps})",
+            f"the schedule's {horizon} steps",
         )
     opt = spec.ademamix
     _check(
@@ -279,6 +292,11 @@ def _validate(spec: RunSpec, where: str) -> RunSpec:
         ckpt.initial is None or isinstance(ckpt.initial, str),
         where,
         "checkpoint.initial must be a path or null",
+    )
+    _check(
+        ckpt.initial_mode in ("weights", "continue"),
+        where,
+        f"checkpoint.initial_mode must be 'weights' or 'continue', got {ckpt.initial_mode!r}",
     )
     _check(_is_int(spec.seed) and spec.seed >= 0, where, "seed must be an integer >= 0")
     _check(
@@ -490,6 +508,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
             decay_steps=spec.lr.decay_steps,
             min_lr_factor=spec.lr.min_lr_ratio,
             warmup_start=spec.lr.warmup_start,
+            total_steps=spec.lr.total_steps,
         ),
         training=TrainingConfig(
             local_batch_size=spec.micro_batch,
@@ -509,7 +528,15 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
             folder=str(checkpoint_folder),
             interval=spec.checkpoint.interval,
             initial_load_path=initial,
-            initial_load_model_only=initial is not None,
+            initial_load_model_only=initial is not None
+            and spec.checkpoint.initial_mode == "weights",
+            # Continuing a phase: everything but the data position, which belongs to the old
+            # phase. Only while this run has no checkpoint of its own (then `initial` is None).
+            exclude_from_loading=(
+                ["dataloader"]
+                if initial is not None and spec.checkpoint.initial_mode == "continue"
+                else []
+            ),
             # The last checkpoint is a full one, so re-running a finished run is a no-op and
             # a run can be extended; the next stage loads its weights only.
             last_save_model_only=False,

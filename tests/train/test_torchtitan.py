@@ -438,6 +438,43 @@ def test_new_stage_loads_weights_only_with_new_rope_theta_and_seq_len(
 
 
 @pytest.mark.slow
+def test_next_phase_continues_optimizer_and_schedule_with_fresh_data(
+    one_process_run, phase, tmp_path
+):
+    """Pretraining phases continue one run: the next phase loads weights, AdEMAMix state, step
+    count and schedule (`initial_mode: continue`) but reads its own data from the start."""
+    horizon = {**RUN["lr"], "total_steps": 30}
+    first = write_spec(tmp_path / "p1", phase, steps=20, lr=horizon)
+    run_ok(first, 1)
+    # the first 20 steps of a 30-step schedule are the uninterrupted run's first 20 steps
+    ours = model_weights(load_checkpoint(tmp_path / "p1" / "ckpt" / "step-20", tmp_path))
+    theirs = model_weights(load_checkpoint(one_process_run[0] / "ckpt" / "step-20", tmp_path))
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    second = write_spec(
+        tmp_path / "p2",
+        phase,
+        steps=30,
+        lr=horizon,
+        checkpoint={
+            "folder": str(tmp_path / "p2" / "ckpt"),
+            "interval": 10,
+            "initial": str(tmp_path / "p1" / "ckpt"),
+            "initial_mode": "continue",
+        },
+    )
+    run_ok(second, 1)
+    metrics = read_metrics(tmp_path / "p2" / "out" / "metrics.jsonl")
+    expected = read_metrics(one_process_run[0] / "out" / "metrics.jsonl")
+    assert sorted(metrics) == sorted(expected)[20:]  # steps 21..30
+    assert [metrics[s]["lr"] for s in metrics] == [expected[s]["lr"] for s in metrics]
+    final = load_checkpoint(tmp_path / "p2" / "ckpt" / "step-30", tmp_path)
+    steps = {float(v) for k, v in final["optimizer"].items() if k.endswith(".step")}
+    assert steps == {30.0}  # AdEMAMix carried on
+    assert final["train_state"]["step"] == 30
+    assert final["dataloader"]["windows_consumed"] == 10 * 8  # the new phase from its start
+
+
+@pytest.mark.slow
 def test_divergence_stops_the_run_and_keeps_the_last_checkpoint(one_process_run, phase, tmp_path):
     """Resumed at step 10 with an infinite LR, the weights blow up at step 11 and the loss of
     step 12 is NaN: the run stops with a clear message, writes no checkpoint of a bad step,
