@@ -7,6 +7,7 @@ include: "workflow/rules/common.smk"
 # Stage rule files, in pipeline order; a stage is included once it does real work.
 include: "workflow/rules/data.smk"
 include: "workflow/rules/tokenize.smk"
+include: "workflow/rules/pretrain.smk"
 
 
 check_stage_contract()

@@ -392,16 +392,13 @@ class Preflight:
 def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     """The checks that need no torch: the phase exists and holds the run's windows, the global
     batch splits over `world_size` ranks, and `checkpoint.initial` names a checkpoint (only
-    looked at while the run's own folder holds none). The launcher runs them before torchrun."""
+    looked at while the run's own folder holds none). The launcher runs them before torchrun.
+
+    A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
+    its own data from the start, so it needs windows for the steps after that one only.
+    """
     phase_dir = Path(spec.phase_dir).absolute()
     record = read_phase_record(phase_dir)
-    windows = record["tokens_planned"] // (spec.seq_len + 1)
-    needed = spec.steps * spec.global_batch
-    if windows < needed:
-        raise ApertusError(
-            f"{phase_dir}: {windows} windows of {spec.seq_len + 1} tokens, the run needs "
-            f"{spec.steps} steps x {spec.global_batch} sequences = {needed}"
-        )
     per_step = spec.micro_batch * world_size
     if spec.global_batch % per_step:
         raise ApertusError(
@@ -413,6 +410,21 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
         Path(spec.checkpoint.folder).absolute()
     ):
         initial = resolve_initial_checkpoint(spec.checkpoint.initial)
+    first_step = 0
+    if spec.checkpoint.initial is not None and spec.checkpoint.initial_mode == "continue":
+        match = _STEP_DIR.match(resolve_initial_checkpoint(spec.checkpoint.initial).name)
+        first_step = int(match.group(1)) if match else 0
+        if first_step >= spec.steps:
+            raise ApertusError(
+                f"steps {spec.steps} must exceed the continued checkpoint's step {first_step}"
+            )
+    windows = record["tokens_planned"] // (spec.seq_len + 1)
+    needed = (spec.steps - first_step) * spec.global_batch
+    if windows < needed:
+        raise ApertusError(
+            f"{phase_dir}: {windows} windows of {spec.seq_len + 1} tokens, the run needs "
+            f"{spec.steps - first_step} steps x {spec.global_batch} sequences = {needed}"
+        )
     return Preflight(phase_dir, record, initial)
 
 

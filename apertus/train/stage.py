@@ -1,0 +1,193 @@
+"""Entry point of the pretraining stage, one run per rule of workflow/rules/pretrain.smk:
+
+    python -m apertus.train.stage --config JSON --manifest M --name STAGE --phases-root DIR
+        [--previous DIR] --output DIR --work-root DIR
+
+A stage is either a pretraining phase (continuing the previous phase's optimizer, step count and
+WSD schedule on its own data; RECIPE.md §4-§5) or a long-context stage (the previous weights
+with a new sequence length and RoPE theta, a fresh optimizer and a constant LR after warmup;
+RECIPE.md §6). The run itself is torchtitan under torchrun (`apertus.train.launch`).
+
+Checkpoints live in a work directory named after everything the run depends on (its spec, the
+phase index, the checkpoint it starts from): re-running a killed job resumes from its last
+checkpoint, while any change starts afresh. The declared output holds `run.json` (where the
+final checkpoint is, the last loss, the data's unigram entropy), the spec and the metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from apertus.core import ApertusError
+from apertus.core.files import atomic_write_json, canonical_json, sha256_text
+from apertus.core.stage import StepRun, run_main, stage_parser
+
+
+def phase_steps(phase_dir: Path, seq_len: int, global_batch: int) -> int:
+    """Optimizer steps one pass over a phase's planned tokens gives: windows of seq_len + 1
+    tokens (input and shifted labels), global_batch windows per step."""
+    from apertus.tokenize.phases import PhaseDataset
+
+    windows = PhaseDataset(phase_dir).total_tokens // (seq_len + 1)
+    steps = windows // global_batch
+    if steps < 1:
+        raise ApertusError(
+            f"{phase_dir}: {windows} windows of {seq_len + 1} tokens, fewer than one batch of "
+            f"{global_batch}; raise the phase's token budget or lower the batch"
+        )
+    return steps
+
+
+def unigram_entropy(phase_dir: Path) -> float:
+    """Entropy (nats) of the token distribution of a phase's planned documents: the loss of a
+    model that ignores context, which a trained model must beat."""
+    from apertus.tokenize.phases import PhaseDataset
+
+    phase = PhaseDataset(phase_dir)
+    counts = np.zeros(0, dtype=np.int64)
+    for doc in phase.iter_documents():
+        c = np.bincount(np.asarray(doc, dtype=np.int64))
+        if len(c) > len(counts):
+            counts = np.pad(counts, (0, len(c) - len(counts)))
+        counts[: len(c)] += c
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict | None) -> dict:
+    """The torchtitan run spec of stage `name` (apertus.train.config_registry.RunSpec)."""
+    long = {s["name"]: s for s in cfg["long_context"]}
+    common = {
+        "flavor": cfg["flavor"],
+        "micro_batch": cfg["micro_batch"],
+        "ademamix": dict(cfg["ademamix"]),
+        "grad_clip": cfg["grad_clip"],
+        "goldfish": dict(cfg["goldfish"]),
+        "seed": cfg["seed"],
+        "dtype": cfg["dtype"],
+        "compile": cfg["compile"],
+        "device": cfg["device"],
+        "tensorboard": True,
+    }
+    if name in cfg["phases"]:
+        # One WSD schedule over all phases; each phase adds its steps to the count.
+        seq_len, batch = cfg["seq_len"], cfg["global_batch"]
+        steps = [phase_steps(phases_root / p, seq_len, batch) for p in cfg["phases"]]
+        index = cfg["phases"].index(name)
+        total = sum(steps)
+        lr = cfg["lr"]
+        return {
+            **common,
+            "phase_dir": str(phases_root / name),
+            "model_overrides": {"rope_theta": cfg["rope_theta"], "max_seq_len": seq_len},
+            "seq_len": seq_len,
+            "global_batch": batch,
+            "steps": sum(steps[: index + 1]),
+            "lr": {
+                "kind": "wsd",
+                "peak": lr["peak"],
+                "warmup_steps": min(lr["warmup_steps"], total),
+                "decay_steps": math.floor(lr["decay_fraction"] * total),
+                "min_lr_ratio": lr["min_lr_ratio"],
+                "total_steps": total,
+            },
+            "checkpoint": {
+                "interval": cfg["checkpoint_interval"],
+                "initial": previous["final_checkpoint"] if previous else None,
+                "initial_mode": "continue",
+            },
+        }
+    if name in long:
+        stage = long[name]
+        if previous is None:
+            raise ApertusError(f"long-context stage {name!r} needs the previous stage's weights")
+        return {
+            **common,
+            "phase_dir": str(phases_root / stage["phase"]),
+            "model_overrides": {"rope_theta": stage["rope_theta"], "max_seq_len": stage["seq_len"]},
+            "seq_len": stage["seq_len"],
+            "global_batch": stage["global_batch"],
+            "micro_batch": math.gcd(cfg["micro_batch"], stage["global_batch"]),
+            "steps": stage["steps"],
+            "lr": {"kind": "constant", "peak": stage["lr"], "warmup_steps": stage["warmup_steps"]},
+            # RECIPE §6: each stage loads the previous weights; the optimizer state is reset.
+            "checkpoint": {
+                "interval": cfg["checkpoint_interval"],
+                "initial": previous["final_checkpoint"],
+                "initial_mode": "weights",
+            },
+        }
+    raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")
+
+
+def main(argv=None):
+    from apertus.train.config_registry import checkpoint_steps
+    from apertus.train.launch import run
+    from apertus.train.torchtitan_spec import read_metrics
+
+    parser = stage_parser("pretrain", __doc__.splitlines()[0])
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--phases-root", type=Path, required=True)
+    parser.add_argument("--previous", type=Path, help="the previous stage's output directory")
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--work-root", type=Path, required=True)
+    args = parser.parse_args(argv)
+    cfg = {"long_context": [], **args.config}
+    previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
+    spec = run_spec(cfg, args.name, args.phases_root, previous)
+    phase_json = Path(spec["phase_dir"]) / "phase.json"
+    key = sha256_text(canonical_json([spec, phase_json.read_text(), previous]))[:16]
+    work = args.work_root / f"{args.name}-{key}"
+    spec["checkpoint"]["folder"] = str(work / "ckpt")
+    spec["metrics_folder"] = str(work / "out")
+    inputs = [Path(spec["phase_dir"])] + ([args.previous] if args.previous else [])
+    with StepRun(
+        "pretrain",
+        args.name,
+        args.config,
+        inputs=inputs,
+        outputs=[args.output],
+        manifest=args.manifest,
+        seed=cfg["seed"],
+    ) as step:
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(work / "spec.json", spec)
+        done = checkpoint_steps(work / "ckpt")
+        if done:
+            step.summary["resumed_from_step"] = max(done)
+        code = run(work / "spec.json", cfg["nproc"])
+        if code != 0:
+            raise ApertusError(
+                f"training of {args.name} failed (exit {code}); its checkpoints are kept in "
+                f"{work / 'ckpt'} and a re-run resumes from the last one"
+            )
+        final_step = max(checkpoint_steps(work / "ckpt"))
+        metrics = read_metrics(work / "out" / "metrics.jsonl")
+        last = metrics[max(metrics)]
+        record = {
+            "name": args.name,
+            "final_checkpoint": str((work / "ckpt" / f"step-{final_step}").absolute()),
+            "final_step": final_step,
+            "final_loss": last["loss"],
+            "tokens_seen": last.get("tokens_seen"),
+            "unigram_entropy": unigram_entropy(Path(spec["phase_dir"])),
+            "flavor": spec["flavor"],
+            "model_overrides": spec["model_overrides"],
+            "seq_len": spec["seq_len"],
+        }
+        step.outputs.append(Path(record["final_checkpoint"]))  # hashed into the manifest
+        args.output.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(args.output / "spec.json", spec)
+        shutil.copyfile(work / "out" / "metrics.jsonl", args.output / "metrics.jsonl")
+        atomic_write_json(args.output / "run.json", record)
+        step.summary.update({k: v for k, v in record.items() if k != "model_overrides"})
+
+
+if __name__ == "__main__":
+    run_main(main)

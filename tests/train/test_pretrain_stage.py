@@ -1,0 +1,72 @@
+"""The pretraining stage end to end through Snakemake on the embedded default (the shared
+`default_run`): phase 1, phase 2 continuing it, one long-context stage; the loss ends well
+below the unigram entropy of the training data, and re-runs stop at the right stage."""
+
+import json
+import re
+
+import pytest
+
+from apertus.train.config_registry import checkpoint_steps
+from apertus.train.torchtitan_spec import read_metrics
+from tests.conftest import run_tool
+
+pytestmark = pytest.mark.slow
+
+
+def record(run_dir, stage):
+    return json.loads((run_dir / "pretrain" / stage / "run.json").read_text())
+
+
+def test_loss_ends_well_below_the_unigram_entropy(default_run):
+    last = record(default_run, "phase2")
+    assert last["final_loss"] < last["unigram_entropy"] - 2.0, last
+    first = read_metrics(default_run / "pretrain" / "phase1" / "metrics.jsonl")
+    assert first[min(first)]["loss"] > last["final_loss"] + 3.0
+
+
+def test_phase2_continues_phase1_and_long_context_starts_from_phase2(default_run):
+    p1, p2, ctx = (record(default_run, s) for s in ("phase1", "phase2", "ctx256"))
+    assert p2["final_step"] > p1["final_step"]  # one step count over the phases
+    metrics = read_metrics(default_run / "pretrain" / "phase2" / "metrics.jsonl")
+    assert min(metrics) == p1["final_step"] + 1
+    assert ctx["final_step"] == 20 and ctx["seq_len"] == 256
+    assert ctx["model_overrides"]["rope_theta"] == 1_000_000
+    for r in (p1, p2, ctx):
+        steps = checkpoint_steps(r["final_checkpoint"].rsplit("/", 1)[0])
+        assert r["final_step"] in steps
+    manifest = json.loads((default_run / "pretrain" / "ctx256.manifest.json").read_text())
+    assert manifest["inputs"][1]["path"].endswith("pretrain/phase2")
+    assert any(o["path"] == ctx["final_checkpoint"] for o in manifest["outputs"])
+
+
+def planned(default_run, tmp_path, yaml_text):
+    override = tmp_path / "override.yaml"
+    override.write_text(yaml_text)
+    proc = run_tool(
+        "snakemake",
+        "-n",
+        "--cores",
+        "2",
+        "--configfile",
+        override,
+        "--config",
+        f"results_dir={default_run.parent}",
+        f"run={default_run.name}",
+        check=True,
+    )
+    return set(re.findall(r"^(\w+)\s+\d+$", proc.stdout, flags=re.M)) - {"all", "total"}
+
+
+def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
+    text = (
+        "pretrain:\n  long_context:\n    - {name: ctx256, phase: phase2, seq_len: 256,"
+        " rope_theta: 2000000, global_batch: 4, steps: 20, lr: 0.001, warmup_steps: 5}\n"
+    )
+    jobs = planned(default_run, tmp_path, text)
+    assert jobs == {"pretrain_stage"}
+
+
+def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_path):
+    jobs = planned(default_run, tmp_path, "pretrain:\n  lr:\n    peak: 0.002\n")
+    assert jobs == {"pretrain_stage"}

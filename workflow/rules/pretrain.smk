@@ -1,0 +1,59 @@
+# The pretraining stage (RECIPE.md §1-§4, §6): the tokenization phases in order, each
+# continuing the previous one, then the long-context stages; torchtitan under torchrun.
+# Code: apertus/model/, apertus/train/. Config: `pretrain:` (config/README.md). Tests: tests/train/.
+
+PRETRAIN = config["pretrain"]
+PRETRAIN_STAGES = PRETRAIN["phases"] + [
+    stage["name"] for stage in PRETRAIN["long_context"]
+]
+# Each stage starts from the one before it; the first phase from a fresh model.
+PRETRAIN_PREVIOUS = dict(zip(PRETRAIN_STAGES, [None, *PRETRAIN_STAGES[:-1]]))
+# A phase depends on every key but the long-context stages; those depend on all of them.
+PRETRAIN_PHASE_KEYS = [key for key in PRETRAIN if key != "long_context"]
+
+
+rule pretrain_stage:
+    input:
+        phases=expand(
+            stage_path("tokenize", "phases", "{phase}"),
+            phase=[phase["name"] for phase in config["tokenize"]["phases"]],
+        ),
+        previous=lambda wildcards: (
+            [stage_path("pretrain", PRETRAIN_PREVIOUS[wildcards.stage])]
+            if PRETRAIN_PREVIOUS[wildcards.stage]
+            else []
+        ),
+    output:
+        out=directory(stage_path("pretrain", "{stage}")),
+        manifest=stage_path("pretrain", "{stage}.manifest.json"),
+    log:
+        log_path("pretrain", "{stage}"),
+    benchmark:
+        benchmark_path("pretrain", "{stage}")
+    wildcard_constraints:
+        stage="|".join(PRETRAIN_STAGES),
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("pretrain")
+    resources:
+        **stage_job_resources("pretrain"),
+    params:
+        config=lambda wildcards: (
+            stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
+            if wildcards.stage in PRETRAIN["phases"]
+            else stage_config("pretrain")
+        ),
+        phases_root=lambda wildcards, input: os.path.dirname(input.phases[0]),
+        previous=lambda wildcards, input: (
+            f"--previous {input.previous[0]}" if input.previous else ""
+        ),
+        work_root=lambda wildcards, output: os.path.join(
+            os.path.dirname(output.out), "_work"
+        ),
+    shell:
+        "python -m apertus.train.stage --config {params.config:q} --manifest {output.manifest}"
+        " --name {wildcards.stage} --phases-root {params.phases_root} {params.previous}"
+        " --output {output.out} --work-root {params.work_root} > {log} 2>&1"
+
+
+TARGETS.extend(expand(rules.pretrain_stage.output.manifest, stage=PRETRAIN_STAGES))
