@@ -1,0 +1,85 @@
+"""The 8B and 70B presets carry RECIPE.md's numbers (§1-§6) exactly."""
+
+import pytest
+
+from apertus.core import REPO_ROOT
+from apertus.core.config import load_config
+from apertus.model.config_registry import flavor
+
+PRESETS = REPO_ROOT / "config" / "presets"
+
+
+@pytest.fixture(scope="module", params=["8b", "70b"])
+def preset(request):
+    return request.param, load_config([PRESETS / f"apertus-{request.param}.yaml"])
+
+
+# RECIPE §1
+SHAPES = {
+    "8b": {"n_layers": 32, "dim": 4096, "ffn_hidden": 21504, "n_heads": 32, "n_kv_heads": 8},
+    "70b": {"n_layers": 80, "dim": 8192, "ffn_hidden": 43008, "n_heads": 64, "n_kv_heads": 8},
+}
+# RECIPE §4 and §6
+PEAK_LR = {"8b": 1.1e-4, "70b": 1.0e-5}
+BATCH = {"8b": 1024, "70b": 2048}
+THETAS = {"8b": [1e6, 2e6, 4e6, 12e6], "70b": [1e6, 2e6, 4e6, 8e6]}
+LONG_LR = {"8b": (1.1e-5, 150), "70b": (1e-6, 75)}
+
+
+def test_model_shape_is_recipe_section_1(preset):
+    size, config = preset
+    model = flavor(config["pretrain"]["flavor"])
+    for field, value in SHAPES[size].items():
+        assert getattr(model, field) == value, field
+    assert model.attention_head_dim == 128 and model.vocab_size == 131072
+    assert model.norm_eps == 1e-5 and model.init_std == 0.008944
+    assert model.rope_scaling.factor == 8 and model.rope_scaling.high_freq_factor == 4
+    assert model.rope_scaling.original_max_position_embeddings == 8192
+
+
+def test_optimizer_schedule_and_goldfish_are_recipe_sections_2_to_4(preset):
+    size, config = preset
+    pre = config["pretrain"]
+    assert pre["ademamix"] == {
+        "betas": [0.9, 0.999, 0.9999],
+        "alpha": 8,
+        "t_alpha": 100000,
+        "t_beta3": 100000,
+        "eps": 1e-8,
+        "weight_decay": 0.1,
+    }
+    assert pre["grad_clip"] == 0.1
+    assert pre["goldfish"] == {"enabled": True, "k": 50, "h": 50}
+    assert pre["lr"]["peak"] == PEAK_LR[size] and pre["lr"]["min_lr_ratio"] == 0.1
+    assert pre["seq_len"] == 4096 and pre["rope_theta"] == 500000
+    assert pre["global_batch"] == BATCH[size]
+    tokens_per_step = BATCH[size] * 4096
+    assert pre["lr"]["warmup_steps"] == round(16.78e9 / tokens_per_step)
+    assert pre["lr"]["decay_fraction"] == pytest.approx(1.65 / 15, abs=0.001)
+    assert pre["dtype"] == "bfloat16"
+
+
+def test_long_context_stages_are_recipe_section_6(preset):
+    size, config = preset
+    stages = config["pretrain"]["long_context"]
+    assert [s["seq_len"] for s in stages] == [8192, 16384, 32768, 65536]
+    assert [s["rope_theta"] for s in stages] == THETAS[size]
+    assert {(s["lr"], s["warmup_steps"]) for s in stages} == {LONG_LR[size]}
+    # 8B batch x steps (the recipe gives none for 70B; the preset reuses 8B's)
+    assert [(s["global_batch"], s["steps"]) for s in stages] == [
+        (1024, 9350),
+        (512, 6930),
+        (256, 7000),
+        (128, 3480),
+    ]
+
+
+def test_data_filters_are_recipe_section_5(preset):
+    _, config = preset
+    data = config["data"]
+    assert data["toxicity"]["drop_fraction"] == 0.05
+    assert set(data["toxicity"]["apply_to_kinds"]).isdisjoint({"edu", "code", "math"})
+    assert data["quality"]["keep_fraction"] in (0.33, 0.10)
+    assert data["pii"]["exempt_kinds"] == ["code", "math"]
+    assert data["language"]["backend"] == "glotlid"
+    assert config["tokenize"]["tokenizer"]["source"].startswith("swiss-ai/Apertus")
