@@ -558,6 +558,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
             log_freq=1,
             enable_tensorboard=spec.tensorboard,
             jsonl_file="metrics.jsonl",
+            total_steps=spec.steps,
             disable_color_printing=True,
         ),
         activation_checkpoint=activation_checkpoint,

@@ -600,6 +600,8 @@ class ApertusMetrics(MetricsProcessor):
     - `jsonl_file`: per-step metrics as JSON Lines (rank 0), next to TensorBoard if enabled;
     - the data loader's loss-mask counts since the last log, summed over all ranks: Goldfish's
       dropped fraction (~1/k), the EOD-masked fraction and the kept tokens;
+    - progress: ``step N/total (x%)`` with the ETA from the mean step time of this run, in
+      the log and as ``eta_s`` in the metrics;
     - a stop on a non-finite gradient norm. torchtitan already stops on a non-finite loss; a
       finite loss with NaN/inf gradients would otherwise poison the weights silently. Both
       checks run before the step's checkpoint is written, on every rank (the values are
@@ -612,6 +614,9 @@ class ApertusMetrics(MetricsProcessor):
         jsonl_file: str = ""
         """JSON Lines metrics file; relative paths are under the dump folder. Empty: none."""
 
+        total_steps: int = 0
+        """The run's last step, for the progress line and ETA (0: no progress line)."""
+
     def _build_metric_logger(self, *, config: Config, dump_folder: str, **kwargs: Any):
         base = super()._build_metric_logger(config=config, dump_folder=dump_folder, **kwargs)
         rank = dist.get_rank() if dist.is_initialized() else 0
@@ -621,6 +626,24 @@ class ApertusMetrics(MetricsProcessor):
         loggers.add_logger(base)
         loggers.add_logger(JsonlMetricsLogger(os.path.join(dump_folder, config.jsonl_file)))
         return loggers
+
+    def _progress(self, step: int) -> dict[str, float]:
+        """ETA from the mean time per step since this process's first logged step."""
+        total = getattr(self.config, "total_steps", 0)
+        now = time.monotonic()
+        if not total:
+            return {}
+        if getattr(self, "_progress_start", None) is None:
+            self._progress_start = (step, now)
+            return {}
+        first_step, start = self._progress_start
+        per_step = (now - start) / max(step - first_step, 1)
+        eta = per_step * max(total - step, 0)
+        logger.info(
+            f"progress: step {step}/{total} ({100 * step / total:.1f}%), "
+            f"ETA {timedelta(seconds=round(eta))}"
+        )
+        return {"eta_s": eta}
 
     def _global_mask_counts(self) -> LossMaskCounts | None:
         loader = active_loader()
@@ -652,6 +675,7 @@ class ApertusMetrics(MetricsProcessor):
                 "Stopping training; no checkpoint is written for this step."
             )
         extra = dict(extra_metrics or {})
+        extra.update(self._progress(step))
         counts = self._global_mask_counts()
         if counts is not None:
             extra["loss_mask/goldfish_fraction"] = counts.goldfish_fraction

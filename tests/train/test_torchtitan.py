@@ -264,6 +264,9 @@ def test_one_process_run_trains_logs_and_checkpoints(one_process_run, phase):
         )
         assert metrics[step]["goldfish_fraction"] > 0.02
     assert sorted(checkpoint_steps(directory / "ckpt")) == [10, 20, 30]
+    # progress with an ETA that counts down to 0 at the last step
+    assert "progress: step 15/30 (50.0%), ETA" in proc.stdout + proc.stderr
+    assert metrics[30]["eta_s"] == 0 and all(metrics[s]["eta_s"] >= 0 for s in range(2, 31))
     assert "training stopped" not in proc.stderr
     print(
         f"\n1-process run: loss {losses[0]:.4f} -> {losses[-1]:.4f} in 30 steps, "
