@@ -44,18 +44,22 @@ def phase_steps(phase_dir: Path, seq_len: int, global_batch: int) -> int:
     return steps
 
 
-def unigram_entropy(phase_dir: Path) -> float:
-    """Entropy (nats) of the token distribution of a phase's planned documents: the loss of a
-    model that ignores context, which a trained model must beat."""
+def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
+    """Entropy (nats) of the token distribution of a phase's planned documents (the first
+    `max_tokens` of the plan): the loss of a model that ignores context, which a trained model
+    must beat."""
     from apertus.tokenize.phases import PhaseDataset
 
-    phase = PhaseDataset(phase_dir)
     counts = np.zeros(0, dtype=np.int64)
-    for doc in phase.iter_documents():
+    seen = 0
+    for doc in PhaseDataset(phase_dir).iter_documents():
         c = np.bincount(np.asarray(doc, dtype=np.int64))
         if len(c) > len(counts):
             counts = np.pad(counts, (0, len(c) - len(counts)))
         counts[: len(c)] += c
+        seen += len(doc)
+        if seen >= max_tokens:
+            break
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 
