@@ -655,7 +655,10 @@ def test_run_spec_defaults_are_the_recipe(phase, tmp_path):
         ({"batch": 4}, r"unknown key\(s\) \['batch'\]"),
         ({"lr": {"peak": 1e-3, "kind": "cosine"}}, "lr.kind must be 'wsd' or 'constant'"),
         ({"lr": {"kind": "wsd"}}, r"missing required key\(s\) \['peak'\]"),
-        ({"lr": {"peak": 1e-3, "warmup_steps": 20, "decay_steps": 20}}, "exceed steps"),
+        (
+            {"lr": {"peak": 1e-3, "warmup_steps": 20, "decay_steps": 20}},
+            "exceed the schedule's 30 steps",
+        ),
         ({"global_batch": 6}, "not a multiple of micro_batch"),
         ({"ademamix": {"betas": [0.9, 0.999]}}, "three numbers"),
         ({"goldfish": {"k": 0}}, "goldfish.k and goldfish.h"),
