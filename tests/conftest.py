@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,24 @@ def default_run(tmp_path_factory):
         timeout=1800,
     )
     return results / "e2e"
+
+
+def planned_jobs(run_dir, tmp_path, override_yaml: str) -> dict[str, int]:
+    """Jobs (rule -> count) a dry-run of `run_dir` would execute with `override_yaml` merged
+    over the config: what a change would re-run."""
+    override = tmp_path / "override.yaml"
+    override.write_text(override_yaml)
+    proc = run_tool(
+        "snakemake",
+        "-n",
+        "--cores",
+        "2",
+        "--configfile",
+        override,
+        "--config",
+        f"results_dir={run_dir.parent}",
+        f"run={run_dir.name}",
+        check=True,
+    )
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
+    return {rule: int(n) for rule, n in counts.items() if rule not in ("all", "total")}

@@ -3,13 +3,12 @@
 below the unigram entropy of the training data, and re-runs stop at the right stage."""
 
 import json
-import re
 
 import pytest
 
 from apertus.train.config_registry import checkpoint_steps
 from apertus.train.torchtitan_spec import read_metrics
-from tests.conftest import run_tool
+from tests.conftest import planned_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -40,33 +39,14 @@ def test_phase2_continues_phase1_and_long_context_starts_from_phase2(default_run
     assert any(o["path"] == ctx["final_checkpoint"] for o in manifest["outputs"])
 
 
-def planned(default_run, tmp_path, yaml_text):
-    override = tmp_path / "override.yaml"
-    override.write_text(yaml_text)
-    proc = run_tool(
-        "snakemake",
-        "-n",
-        "--cores",
-        "2",
-        "--configfile",
-        override,
-        "--config",
-        f"results_dir={default_run.parent}",
-        f"run={default_run.name}",
-        check=True,
-    )
-    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, flags=re.M))
-    return {rule: int(n) for rule, n in counts.items() if rule not in ("all", "total")}
-
-
 def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
     text = (
         "pretrain:\n  long_context:\n    - {name: ctx256, phase: phase2, seq_len: 256,"
         " rope_theta: 2000000, global_batch: 4, steps: 20, lr: 0.001, warmup_steps: 5}\n"
     )
-    assert planned(default_run, tmp_path, text) == {"pretrain_stage": 1}
+    assert planned_jobs(default_run, tmp_path, text) == {"pretrain_stage": 1}
 
 
 def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_path):
-    jobs = planned(default_run, tmp_path, "pretrain:\n  lr:\n    peak: 0.002\n")
+    jobs = planned_jobs(default_run, tmp_path, "pretrain:\n  lr:\n    peak: 0.002\n")
     assert jobs == {"pretrain_stage": 3}
