@@ -270,14 +270,17 @@ def dedup_language(
     return stats
 
 
-def collect_scores(root: Path, score_key: str) -> dict[str, list[float]]:
-    """Every document's score per language, read from intermediate files (for thresholds)."""
-    scores: dict[str, list[float]] = defaultdict(list)
+def collect_scores(root: Path, score_keys: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Every document's scores per key and language, read from intermediate files in one pass
+    (for thresholds): {score_key: {language: [scores]}}."""
+    scores: dict[str, dict[str, list[float]]] = {key: defaultdict(list) for key in score_keys}
     for doc in JsonlReader(str(root), glob_pattern="**/*.jsonl.gz", add_file_path=False).run():
-        value = doc.metadata.get(score_key)
-        if value is not None:
-            scores[doc.metadata.get("language", "und")].append(float(value))
-    return dict(scores)
+        language = doc.metadata.get("language", "und")
+        for key in score_keys:
+            value = doc.metadata.get(key)
+            if value is not None:
+                scores[key][language].append(float(value))
+    return {key: dict(per_language) for key, per_language in scores.items()}
 
 
 _CORPUS_FIELDS = (

@@ -41,13 +41,15 @@ def main(argv=None):
             step.summary["documents"] = 0
             return
         thresholds = {}
-        for spec in (cfg.quality, cfg.toxicity):
-            if spec.enabled:
-                scores = collect_scores(args.input_dir, spec.score_key)
-                thresholds[spec.task] = compute_thresholds(
-                    scores, spec.fraction, keep=spec.keep, min_documents=spec.min_documents
-                )
-                step.summary[f"{spec.task}_scored"] = {k: len(v) for k, v in scores.items()}
+        enabled = [spec for spec in (cfg.quality, cfg.toxicity) if spec.enabled]
+        keys = [spec.score_key for spec in enabled]
+        all_scores = collect_scores(args.input_dir, keys) if keys else {}
+        for spec in enabled:
+            scores = all_scores[spec.score_key]
+            thresholds[spec.task] = compute_thresholds(
+                scores, spec.fraction, keep=spec.keep, min_documents=spec.min_documents
+            )
+            step.summary[f"{spec.task}_scored"] = {k: len(v) for k, v in scores.items()}
         step.summary["thresholds"] = thresholds
         stats = run_pipeline(
             select_steps(

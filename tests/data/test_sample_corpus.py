@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from apertus.core import REPO_ROOT, ApertusError
+from apertus.data.robots import DEFAULT_AGENTS
 from apertus.data.sample_corpus import LANGUAGES, SITES, make_sample_corpus
 from apertus.data.sample_text import BANKS, TOPIC_NAMES
 
@@ -32,23 +33,7 @@ ALL_OUTPUTS = (*FILES, "labels/quality.jsonl", "labels/toxicity.jsonl", "planted
 IPV6_CANDIDATE = r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])"
 
 # RECIPE.md §5: a document is dropped when any of these agents is disallowed for its URL.
-AI_AGENTS = (
-    "AI2Bot",
-    "Applebot-Extended",
-    "Bytespider",
-    "CCBot",
-    "CCBot/1.0",
-    "CCBot/2.0",
-    "ClaudeBot",
-    "cohere-training-data-crawler",
-    "Diffbot",
-    "Meta-ExternalAgent",
-    "Google-Extended",
-    "GPTBot",
-    "PanguBot",
-    "*",
-    "FacebookBot",
-)
+AI_AGENTS = DEFAULT_AGENTS
 
 
 def _read_jsonl(path: Path) -> list[dict]:
