@@ -13,6 +13,7 @@ The run spec (`RunSpec`; relative paths are taken from the working directory)::
       "model_overrides": {"rope_theta": 1e6, "max_seq_len": 8192},
       "phase_dir": "results/run/tokenize/phases/phase1",
       "seq_len": 4096, "micro_batch": 1, "global_batch": 1024, "steps": 1000,
+      "batch_ramp": {"global_batch": 2048, "at_tokens": 7038000000000},
       "lr": {"kind": "wsd", "peak": 1.1e-4, "warmup_steps": 100, "decay_steps": 200,
              "min_lr_ratio": 0.1, "warmup_start": 0.0},
       "ademamix": {"betas": [0.9, 0.999, 0.9999], "alpha": 8.0, "t_alpha": 100000,
@@ -29,12 +30,15 @@ The run spec (`RunSpec`; relative paths are taken from the working directory)::
 Only `flavor`, `phase_dir`, `seq_len`, `micro_batch`, `global_batch`, `steps`, `lr.peak`,
 `checkpoint.folder` and `metrics_folder` are required; everything else has the recipe's value
 (AdEMAMix betas 0.9/0.999/0.9999, alpha 8, T = 100k, eps 1e-8, wd 0.1; clip 0.1; Goldfish on,
-k = h = 50). `dtype` is the FSDP compute dtype of the parameters (weights, gradients reductions
-and optimizer state stay float32: BF16 with fp32 master weights). `device` "auto" takes CUDA when
-present. `checkpoint.initial` starts a new stage: the weights of that checkpoint (a ``step-N``
-directory, or a checkpoint folder whose last step is taken) with a fresh optimizer, data
-position and schedule; it is ignored once the run's own folder holds a checkpoint, so a
-restarted stage resumes from its own last step.
+k = h = 50; no batch ramp). `batch_ramp` switches the global batch to its `global_batch` at the
+first step that starts with `at_tokens` tokens seen (seq_len tokens per sequence, counted from
+step 0 of the schedule, so a continued phase keeps the count; RECIPE.md §4); `steps` then
+counts steps of either size. `dtype` is the FSDP compute dtype of the parameters (weights,
+gradient reductions and optimizer state stay float32: BF16 with fp32 master weights). `device`
+"auto" takes CUDA when present. `checkpoint.initial` starts a new stage: the weights of that
+checkpoint (a ``step-N`` directory, or a checkpoint folder whose last step is taken) with a
+fresh optimizer, data position and schedule; it is ignored once the run's own folder holds a
+checkpoint, so a restarted stage resumes from its own last step.
 
 CPU (PLATFORM.md): the device type is set to "cpu", the missing
 `torch.distributed.set_timeout` is mapped, attention uses SDPA with a dense block-causal mask,
@@ -53,10 +57,12 @@ from typing import Any
 
 from apertus.core import ApertusError
 from apertus.tokenize.phases import PHASE_FILE
+from apertus.train.schedule import BatchRamp
 
 __all__ = [
     "SPEC_ENV",
     "AdEMAMixSpec",
+    "BatchRampSpec",
     "CheckpointSpec",
     "GoldfishSpec",
     "LRSpec",
@@ -126,6 +132,14 @@ class CheckpointSpec:
 
 
 @dataclass(frozen=True)
+class BatchRampSpec:
+    """The global batch from the step that starts with `at_tokens` tokens seen (RECIPE.md §4)."""
+
+    global_batch: int
+    at_tokens: int
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One training run (a pretraining phase or a long-context stage); see the module doc."""
 
@@ -148,6 +162,18 @@ class RunSpec:
     compile: bool = False
     device: str = "auto"
     activation_checkpoint: str = "none"
+    batch_ramp: BatchRampSpec | None = None
+
+    def ramp(self) -> BatchRamp:
+        """The global batch of every step (constant without `batch_ramp`)."""
+        if self.batch_ramp is None:
+            return BatchRamp.constant(self.global_batch)
+        return BatchRamp.at_tokens(
+            seq_len=self.seq_len,
+            start_batch=self.global_batch,
+            batch=self.batch_ramp.global_batch,
+            tokens=self.batch_ramp.at_tokens,
+        )
 
 
 # Fields of RunSpec that are objects of their own.
@@ -156,6 +182,7 @@ _NESTED = {
     "ademamix": AdEMAMixSpec,
     "goldfish": GoldfishSpec,
     "checkpoint": CheckpointSpec,
+    "batch_ramp": BatchRampSpec,
 }
 
 
@@ -179,7 +206,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
         if f.name not in data:
             continue
         value = data[f.name]
-        if cls is RunSpec and f.name in _NESTED:
+        if cls is RunSpec and f.name in _NESTED and not (f.name == "batch_ramp" and value is None):
             value = _build(_NESTED[f.name], value, f"{where}.{f.name}")
         values[f.name] = value
     try:
@@ -215,6 +242,19 @@ def _validate(spec: RunSpec, where: str) -> RunSpec:
         where,
         f"global_batch {spec.global_batch} is not a multiple of micro_batch {spec.micro_batch}",
     )
+    ramp = spec.batch_ramp
+    if ramp is not None:
+        _check(
+            _is_int(ramp.global_batch) and ramp.global_batch % spec.micro_batch == 0,
+            where,
+            f"batch_ramp.global_batch must be a multiple of micro_batch {spec.micro_batch}, "
+            f"got {ramp.global_batch!r}",
+        )
+        _check(
+            _is_int(ramp.at_tokens) and ramp.at_tokens >= 0,
+            where,
+            f"batch_ramp.at_tokens must be an integer >= 0, got {ramp.at_tokens!r}",
+        )
     _check(isinstance(spec.model_overrides, dict), where, "model_overrides must be an object")
     lr = spec.lr
     _check(
@@ -400,11 +440,13 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     phase_dir = Path(spec.phase_dir).absolute()
     record = read_phase_record(phase_dir)
     per_step = spec.micro_batch * world_size
-    if spec.global_batch % per_step:
-        raise ApertusError(
-            f"global_batch {spec.global_batch} is not divisible by micro_batch "
-            f"{spec.micro_batch} x {world_size} rank(s)"
-        )
+    ramp = spec.ramp()
+    for batch in sorted({ramp.start_batch, ramp.batch}):
+        if batch % per_step:
+            raise ApertusError(
+                f"global batch {batch} is not divisible by micro_batch "
+                f"{spec.micro_batch} x {world_size} rank(s)"
+            )
     initial = None
     if spec.checkpoint.initial is not None and not checkpoint_steps(
         Path(spec.checkpoint.folder).absolute()
@@ -419,11 +461,11 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
                 f"steps {spec.steps} must exceed the continued checkpoint's step {first_step}"
             )
     windows = record["tokens_planned"] // (spec.seq_len + 1)
-    needed = (spec.steps - first_step) * spec.global_batch
+    needed = ramp.sequences(first_step, spec.steps)
     if windows < needed:
         raise ApertusError(
             f"{phase_dir}: {windows} windows of {spec.seq_len + 1} tokens, the run needs "
-            f"{spec.steps - first_step} steps x {spec.global_batch} sequences = {needed}"
+            f"{needed} sequences for steps {first_step + 1}-{spec.steps}"
         )
     return Preflight(phase_dir, record, initial)
 
@@ -454,7 +496,6 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
         TrainingConfig,
     )
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
-    from torchtitan.trainer import Trainer
 
     from apertus.model.config_registry import flavor
     from apertus.train import torchtitan_spec as spec_parts
@@ -491,7 +532,10 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
         "selective": SelectiveAC.Config(),
     }[spec.activation_checkpoint]
     opt = spec.ademamix
-    return Trainer.Config(
+    ramp = spec.ramp()
+    return spec_parts.ApertusTrainer.Config(
+        ramp_batch=ramp.batch if spec.batch_ramp else 0,
+        ramp_switch_step=ramp.switch_step,
         model_spec=spec_parts.apertus_model_spec(spec.flavor, model_config, seed=spec.seed),
         # The data is pre-tokenized: the trainer's tokenizer is the phase's vocabulary
         # (torchtitan's HuggingFaceTokenizer cannot even load the Apertus tokenizer directory:

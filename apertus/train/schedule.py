@@ -7,8 +7,10 @@ with that index, for `0 <= step < total_steps`.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 __all__ = [
+    "BatchRamp",
     "batch_size_at",
     "constant_lr_with_warmup",
     "gradient_accumulation_steps",
@@ -86,6 +88,61 @@ def batch_size_at(
     return start_batch if tokens_seen < double_at_tokens else doubled_batch
 
 
+@dataclass(frozen=True)
+class BatchRamp:
+    """Global batch (sequences) of every optimizer step under the RECIPE.md §4 ramp: the
+    updates with index ``0 .. switch_step - 1`` train on `start_batch` sequences, the later
+    ones on `batch`. `BatchRamp.at_tokens` places the switch where `batch_size_at` does."""
+
+    start_batch: int
+    batch: int
+    switch_step: int
+
+    def __post_init__(self) -> None:
+        if min(self.start_batch, self.batch) <= 0 or self.switch_step < 0:
+            raise ValueError(
+                f"need positive batches and switch_step >= 0; got start_batch="
+                f"{self.start_batch}, batch={self.batch}, switch_step={self.switch_step}"
+            )
+
+    @classmethod
+    def constant(cls, batch: int) -> BatchRamp:
+        return cls(batch, batch, 0)
+
+    @classmethod
+    def at_tokens(cls, *, seq_len: int, start_batch: int, batch: int, tokens: int) -> BatchRamp:
+        """The switch at the first update that starts with at least `tokens` tokens seen,
+        counting `seq_len` tokens per sequence."""
+        if seq_len <= 0 or start_batch <= 0 or tokens < 0:
+            raise ValueError(
+                f"need seq_len > 0, start_batch > 0, tokens >= 0; got {seq_len}, "
+                f"{start_batch}, {tokens}"
+            )
+        return cls(start_batch, batch, -(-tokens // (start_batch * seq_len)))
+
+    def batch_at(self, step: int) -> int:
+        """Sequences of the update with 0-based index `step`."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        return self.start_batch if step < self.switch_step else self.batch
+
+    def sequences(self, first: int, last: int) -> int:
+        """Sequences the updates ``first .. last - 1`` train on together."""
+        if not 0 <= first <= last:
+            raise ValueError(f"need 0 <= first <= last; got {first}, {last}")
+        small = max(0, min(last, self.switch_step) - first)
+        return small * self.start_batch + (last - first - small) * self.batch
+
+    def steps_within(self, sequences: int, first: int = 0) -> int:
+        """How many updates from index `first` on fit into `sequences` sequences."""
+        if sequences < 0 or first < 0:
+            raise ValueError(f"need sequences >= 0 and first >= 0; got {sequences}, {first}")
+        small = max(0, self.switch_step - first)
+        if sequences <= small * self.start_batch:
+            return sequences // self.start_batch
+        return small + (sequences - small * self.start_batch) // self.batch
+
+
 def steps_for_tokens(
     tokens: int,
     *,
@@ -102,13 +159,12 @@ def steps_for_tokens(
             f"need tokens >= 0 and positive sizes; got tokens={tokens}, seq_len={seq_len}, "
             f"start_batch={start_batch}, doubled_batch={doubled_batch}"
         )
-    small_step = start_batch * seq_len
-    # Steps at the starting batch: until the tokens seen reach the switch point.
-    steps_before_switch = max(0, -(-double_at_tokens // small_step))
-    if tokens <= steps_before_switch * small_step:
-        return -(-tokens // small_step)
-    remaining = tokens - steps_before_switch * small_step
-    return steps_before_switch + -(-remaining // (doubled_batch * seq_len))
+    ramp = BatchRamp.at_tokens(
+        seq_len=seq_len, start_batch=start_batch, batch=doubled_batch, tokens=double_at_tokens
+    )
+    sequences = -(-tokens // seq_len)
+    steps = ramp.steps_within(sequences)
+    return steps if ramp.sequences(0, steps) >= sequences else steps + 1
 
 
 def gradient_accumulation_steps(global_batch: int, *, micro_batch: int, data_parallel: int) -> int:

@@ -27,21 +27,52 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.train.schedule import BatchRamp
 
 
-def phase_steps(phase_dir: Path, seq_len: int, global_batch: int) -> int:
-    """Optimizer steps one pass over a phase's planned tokens gives: windows of seq_len + 1
-    tokens (input and shifted labels), global_batch windows per step."""
+def phase_steps(phase_dir: Path, seq_len: int, ramp: BatchRamp, first_step: int = 0) -> int:
+    """Optimizer steps one pass over a phase's planned tokens gives when it starts after step
+    `first_step` of the schedule: windows of seq_len + 1 tokens (input and shifted labels), as
+    many windows per step as the ramp's global batch at that step."""
     from apertus.tokenize.phases import PhaseDataset
 
     windows = PhaseDataset(phase_dir).total_tokens // (seq_len + 1)
-    steps = windows // global_batch
+    steps = ramp.steps_within(windows, first_step)
     if steps < 1:
         raise ApertusError(
             f"{phase_dir}: {windows} windows of {seq_len + 1} tokens, fewer than one batch of "
-            f"{global_batch}; raise the phase's token budget or lower the batch"
+            f"{ramp.batch_at(first_step)}; raise the phase's token budget or lower the batch"
         )
     return steps
+
+
+def pretrain_ramp(cfg: dict[str, Any]) -> BatchRamp:
+    """The global batch of every pretraining step (`pretrain.global_batch`, then
+    `pretrain.batch_ramp` from its token count on; RECIPE.md §4)."""
+    ramp = cfg.get("batch_ramp")
+    if ramp is None:
+        return BatchRamp.constant(cfg["global_batch"])
+    return BatchRamp.at_tokens(
+        seq_len=cfg["seq_len"],
+        start_batch=cfg["global_batch"],
+        batch=ramp["global_batch"],
+        tokens=ramp["at_tokens"],
+    )
+
+
+def cooldown_steps(ramp: BatchRamp, total_steps: int, fraction: float) -> int:
+    """The last steps of a `total_steps` schedule that train on at most `fraction` of its
+    sequences: the 1-sqrt cooldown of RECIPE.md §4 covers the last 1.65T of 15T tokens, which
+    is fewer steps than that share of the steps once the batch has doubled."""
+    budget = fraction * ramp.sequences(0, total_steps)
+    low, high = 0, total_steps  # the largest d with sequences(total - d, total) <= budget
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ramp.sequences(total_steps - mid, total_steps) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
@@ -81,8 +112,10 @@ def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict |
     }
     if name in cfg["phases"]:
         # One WSD schedule over all phases; each phase adds its steps to the count.
-        seq_len, batch = cfg["seq_len"], cfg["global_batch"]
-        steps = [phase_steps(phases_root / p, seq_len, batch) for p in cfg["phases"]]
+        seq_len, ramp = cfg["seq_len"], pretrain_ramp(cfg)
+        steps: list[int] = []
+        for phase in cfg["phases"]:
+            steps.append(phase_steps(phases_root / phase, seq_len, ramp, sum(steps)))
         index = cfg["phases"].index(name)
         total = sum(steps)
         lr = cfg["lr"]
@@ -91,13 +124,14 @@ def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict |
             "phase_dir": str(phases_root / name),
             "model_overrides": {"rope_theta": cfg["rope_theta"], "max_seq_len": seq_len},
             "seq_len": seq_len,
-            "global_batch": batch,
+            "global_batch": cfg["global_batch"],
+            "batch_ramp": cfg.get("batch_ramp"),
             "steps": sum(steps[: index + 1]),
             "lr": {
                 "kind": "wsd",
                 "peak": lr["peak"],
                 "warmup_steps": min(lr["warmup_steps"], total),
-                "decay_steps": math.floor(lr["decay_fraction"] * total),
+                "decay_steps": cooldown_steps(ramp, total, lr["decay_fraction"]),
                 "min_lr_ratio": lr["min_lr_ratio"],
                 "total_steps": total,
             },

@@ -21,6 +21,8 @@ Pieces:
   loss-mask fractions from the data loader, and a stop on a non-finite gradient norm.
 - `FiniteCheckpointManager`: torchtitan's DCP checkpointer that refuses to write NaN/inf
   weights, so the last checkpoint on disk is always a good one.
+- `ApertusTrainer`: torchtitan's `Trainer` with the global-batch ramp of RECIPE.md §4 (the
+  number of accumulated micro-batches follows `BatchRamp.batch_at(step)`).
 - `init_weights_world_size_invariant`: on CPU, the same initial weights whatever the number of
   ranks (DTensor's random ops shard only on CUDA-like devices).
 """
@@ -60,17 +62,19 @@ from torchtitan.distributed.compile import apply_compile
 from torchtitan.distributed.fsdp import get_fsdp_reshard_after_forward_policy
 from torchtitan.protocols.model_spec import ModelSpec
 from torchtitan.tools.logging import logger
+from torchtitan.trainer import Trainer
 
 from apertus.core import ApertusError
 from apertus.model.model import ApertusModel
 from apertus.train.ademamix import AdEMAMix, param_groups
 from apertus.train.dataloader import LossMaskCounts, active_loader
-from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
+from apertus.train.schedule import BatchRamp, constant_lr_with_warmup, wsd_lr
 
 __all__ = [
     "NO_DECAY_PATTERN",
     "AdEMAMixOptimizers",
     "ApertusMetrics",
+    "ApertusTrainer",
     "FiniteCheckpointManager",
     "JsonlMetricsLogger",
     "RecipeLRSchedulers",
@@ -676,12 +680,60 @@ class ApertusMetrics(MetricsProcessor):
             )
         extra = dict(extra_metrics or {})
         extra.update(self._progress(step))
+        if getattr(self, "global_batch", None) is not None:
+            extra["global_batch"] = self.global_batch
         counts = self._global_mask_counts()
         if counts is not None:
             extra["loss_mask/goldfish_fraction"] = counts.goldfish_fraction
             extra["loss_mask/eod_fraction"] = counts.eod_fraction
             extra["loss_mask/kept_tokens"] = counts.kept
         super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainer: torchtitan's, with the global-batch ramp
+# ---------------------------------------------------------------------------------------------
+
+
+class ApertusTrainer(Trainer):
+    """torchtitan's `Trainer` whose global batch follows a `BatchRamp` (RECIPE.md §4: 1024 ->
+    2048 sequences for 8B). Before each step the number of accumulated micro-batches is set
+    from the step's global batch; the data loader is a stream of micro-batches, the loss is
+    normalised by the step's own token count, and the step number is in the checkpoint, so a
+    resumed run takes up the ramp where it was. The LR schedule does not change at the switch.
+    The step's global batch is logged as ``global_batch``.
+    """
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Trainer.Config):
+        ramp_batch: int = 0
+        """Global batch (sequences) after the switch; 0: no ramp."""
+
+        ramp_switch_step: int = 0
+        """Optimizer steps (from 0 of the schedule) trained with `training.global_batch_size`."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        start = config.training.global_batch_size
+        self._sequences_per_micro_step = start // self.gradient_accumulation_steps
+        self.ramp = (
+            BatchRamp(start, config.ramp_batch, config.ramp_switch_step)
+            if config.ramp_batch
+            else BatchRamp.constant(start)
+        )
+        if self.ramp.batch % self._sequences_per_micro_step:
+            raise ApertusError(
+                f"batch ramp: global batch {self.ramp.batch} is not a multiple of "
+                f"{self._sequences_per_micro_step} sequences per micro-step on all ranks"
+            )
+
+    def train_step(self, data_iterator: Any) -> None:
+        # torchtitan counts steps from 1; the ramp indexes updates from 0.
+        batch = self.ramp.batch_at(self.step - 1)
+        self.gradient_accumulation_steps = batch // self._sequences_per_micro_step
+        if isinstance(self.metrics_processor, ApertusMetrics):
+            self.metrics_processor.global_batch = batch
+        super().train_step(data_iterator)
 
 
 # ---------------------------------------------------------------------------------------------

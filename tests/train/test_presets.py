@@ -53,6 +53,11 @@ def test_optimizer_schedule_and_goldfish_are_recipe_sections_2_to_4(preset):
     assert pre["lr"]["peak"] == PEAK_LR[size] and pre["lr"]["min_lr_ratio"] == 0.1
     assert pre["seq_len"] == 4096 and pre["rope_theta"] == 500000
     assert pre["global_batch"] == BATCH[size]
+    # RECIPE §4: the batch doubles at 7.038T tokens (8B) / 4.392T (70B), LR unchanged.
+    assert pre["batch_ramp"] == {
+        "global_batch": 2 * BATCH[size],
+        "at_tokens": {"8b": 7_038_000_000_000, "70b": 4_392_000_000_000}[size],
+    }
     tokens_per_step = BATCH[size] * 4096
     assert pre["lr"]["warmup_steps"] == round(16.78e9 / tokens_per_step)
     assert pre["lr"]["decay_fraction"] == pytest.approx(1.65 / 15, abs=0.001)

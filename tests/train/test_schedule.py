@@ -8,6 +8,7 @@ import math
 import pytest
 
 from apertus.train.schedule import (
+    BatchRamp,
     batch_size_at,
     constant_lr_with_warmup,
     gradient_accumulation_steps,
@@ -145,3 +146,29 @@ def test_gradient_accumulation_steps():
         gradient_accumulation_steps(1000, micro_batch=3, data_parallel=4)
     with pytest.raises(ValueError, match="must be positive"):
         gradient_accumulation_steps(1024, micro_batch=0, data_parallel=4)
+
+
+@pytest.mark.parametrize("switch", [0, 1, 7, 50])
+def test_batch_ramp_counts_match_a_step_by_step_sum(switch):
+    ramp = BatchRamp(start_batch=3, batch=8, switch_step=switch)
+    per_step = [ramp.batch_at(i) for i in range(120)]
+    assert per_step == [3 if i < switch else 8 for i in range(120)]
+    for first in (0, 1, 6, 7, 8, 49, 60):
+        for last in range(first, 100, 7):
+            assert ramp.sequences(first, last) == sum(per_step[first:last])
+        for sequences in range(0, 400, 13):
+            # the most updates from `first` on whose sequences fit
+            fit = max(n for n in range(0, 110) if sum(per_step[first : first + n]) <= sequences)
+            assert ramp.steps_within(sequences, first) == fit, (first, sequences)
+
+
+def test_batch_ramp_switches_where_batch_size_at_does():
+    ramp = BatchRamp.at_tokens(seq_len=4096, start_batch=1024, batch=2048, tokens=7_038 * 10**9)
+    options = {"start_batch": 1024, "doubled_batch": 2048, "double_at_tokens": 7_038 * 10**9}
+    step_tokens = 1024 * 4096
+    for step in (0, ramp.switch_step - 1, ramp.switch_step, ramp.switch_step + 1):
+        assert ramp.batch_at(step) == batch_size_at(step * step_tokens, **options)
+    assert ramp.switch_step == -(-7_038 * 10**9 // step_tokens) == 1_677_990
+    assert BatchRamp.constant(8).batch_at(10**9) == 8
+    with pytest.raises(ValueError, match="positive batches"):
+        BatchRamp(0, 8, 1)

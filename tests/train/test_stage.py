@@ -9,7 +9,8 @@ import pytest
 from apertus.core import ApertusError
 from apertus.core.config import load_config
 from apertus.tokenize.phases import PhaseDataset
-from apertus.train.stage import phase_steps, run_spec, unigram_entropy
+from apertus.train.schedule import BatchRamp
+from apertus.train.stage import cooldown_steps, phase_steps, run_spec, unigram_entropy
 from tests.train.test_torchtitan import build_phase
 
 
@@ -32,20 +33,33 @@ def test_unigram_entropy_is_the_entropy_of_the_planned_tokens(phases):
 
 def test_steps_are_whole_batches_of_windows(phases):
     tokens = PhaseDataset(phases / "phase1").total_tokens
-    assert phase_steps(phases / "phase1", 64, 8) == tokens // 65 // 8
+    assert phase_steps(phases / "phase1", 64, BatchRamp.constant(8)) == tokens // 65 // 8
     with pytest.raises(ApertusError, match="fewer than one batch"):
-        phase_steps(phases / "phase1", 64, 10**9)
+        phase_steps(phases / "phase1", 64, BatchRamp.constant(10**9))
 
 
 def test_phases_share_one_schedule_and_long_context_starts_fresh(phases):
     cfg = load_config()["pretrain"]
-    steps = [phase_steps(phases / p, cfg["seq_len"], cfg["global_batch"]) for p in cfg["phases"]]
+    # The default ramps the batch 8 -> 16 at 400k tokens; here at 10k, inside phase 1.
+    cfg["batch_ramp"] = {"global_batch": 16, "at_tokens": 10_000}
+    assert (cfg["seq_len"], cfg["global_batch"]) == (128, 8)
+    steps, tokens_seen, switch = [], 0, 0
+    for name in cfg["phases"]:  # step by step: the batch is 16 from the first step at 10k
+        windows, count = PhaseDataset(phases / name).total_tokens // (cfg["seq_len"] + 1), 0
+        while windows >= (batch := 8 if tokens_seen < 10_000 else 16):
+            switch += batch == 8
+            windows, count, tokens_seen = windows - batch, count + 1, tokens_seen + batch * 128
+        steps.append(count)
+    assert tokens_seen > 10_000  # the switch happened
     first = run_spec(cfg, "phase1", phases, None)
     second = run_spec(cfg, "phase2", phases, {"final_checkpoint": "/ckpt/step-1"})
     assert first["steps"] == steps[0] and second["steps"] == sum(steps)
+    assert first["batch_ramp"] == second["batch_ramp"] == cfg["batch_ramp"]
     for spec in (first, second):
         assert spec["lr"]["total_steps"] == sum(steps)
-        assert spec["lr"]["decay_steps"] == math.floor(cfg["lr"]["decay_fraction"] * sum(steps))
+        # The cooldown covers the last 20% of the sequences: steps of 16 at the end.
+        sequences = 8 * switch + 16 * (sum(steps) - switch)
+        assert spec["lr"]["decay_steps"] == math.floor(cfg["lr"]["decay_fraction"] * sequences / 16)
     assert first["checkpoint"]["initial"] is None
     assert second["checkpoint"] == {
         "interval": cfg["checkpoint_interval"],
@@ -62,3 +76,14 @@ def test_phases_share_one_schedule_and_long_context_starts_fresh(phases):
         run_spec(cfg, stage["name"], phases, None)
     with pytest.raises(ApertusError, match="no pretraining phase or long-context stage"):
         run_spec(cfg, "nope", phases, None)
+
+
+def test_cooldown_covers_the_last_share_of_tokens():
+    # A constant batch: the share of the steps, as plain WSD has it.
+    assert cooldown_steps(BatchRamp.constant(8), 1000, 0.11) == 110
+    # 8B: 1024 -> 2048 sequences at 7.038T, 15T in all; the cooldown is the last 1.65T.
+    ramp = BatchRamp.at_tokens(seq_len=4096, start_batch=1024, batch=2048, tokens=7_038 * 10**9)
+    total = ramp.switch_step + ramp.steps_within(
+        15 * 10**12 // 4096 - ramp.sequences(0, ramp.switch_step), ramp.switch_step
+    )
+    assert cooldown_steps(ramp, total, 1.65 / 15) == pytest.approx(1.65e12 / (2048 * 4096), abs=1)

@@ -274,14 +274,9 @@ def test_one_process_run_trains_logs_and_checkpoints(one_process_run, phase):
     )
 
 
-@pytest.mark.slow
-def test_one_process_run_equals_a_plain_pytorch_loop(one_process_run, phase):
-    """Same init, data, masks, AdEMAMix groups, clipping and schedule without torchtitan: the
-    per-step losses agree to float32 rounding, so torchtitan's trainer does what the recipe's
-    pieces say (loss normalised over kept tokens across micro-batches, clip 0.1, no weight
-    decay on norms and xIELU scalars, LR from step 0)."""
-    directory, _ = one_process_run
-    logged = read_metrics(directory / "out" / "metrics.jsonl")
+def plain_pytorch_losses(phase, batches: list[int]) -> list[float]:
+    """The run of `RUN` without torchtitan: step i trains on the next `batches[i]` windows in
+    micro-batches of 4; returns the per-step losses."""
     torch.manual_seed(SEED)
     model = flavor("debug", attn_backend="sdpa").build()
     optimizer = AdEMAMix(
@@ -293,15 +288,20 @@ def test_one_process_run_equals_a_plain_pytorch_loop(one_process_run, phase):
         t_beta3=50,
         eps=1e-8,
     )
-    for step in range(30):
-        tokens, positions = windows(phase, 64, step * 8, 8)
+    losses, first = [], 0
+    for step, batch in enumerate(batches):
+        tokens, positions = windows(phase, 64, first, batch)
+        first += batch
         labels = reference_labels(tokens[:, :-1], tokens[:, 1:])
         kept = (labels != IGNORE).sum()
         for group in optimizer.param_groups:
-            group["lr"] = wsd_lr(step, peak=3e-3, warmup_steps=5, total_steps=30, decay_steps=10)
+            group["lr"] = wsd_lr(
+                step, peak=3e-3, warmup_steps=5, total_steps=len(batches), decay_steps=10
+            )
         optimizer.zero_grad()
         loss_sum = 0.0
-        for rows in (slice(0, 4), slice(4, 8)):  # micro-batches of 4, as the run
+        for start in range(0, batch, 4):  # micro-batches of 4, as the run
+            rows = slice(start, start + 4)
             logits = model(tokens[rows, :-1], positions=positions[rows, :-1])
             loss = (
                 F.cross_entropy(
@@ -316,7 +316,49 @@ def test_one_process_run_equals_a_plain_pytorch_loop(one_process_run, phase):
             loss_sum += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
         optimizer.step()
-        assert loss_sum == pytest.approx(logged[step + 1]["loss"], abs=2e-6), step + 1
+        losses.append(loss_sum)
+    return losses
+
+
+@pytest.mark.slow
+def test_one_process_run_equals_a_plain_pytorch_loop(one_process_run, phase):
+    """Same init, data, masks, AdEMAMix groups, clipping and schedule without torchtitan: the
+    per-step losses agree to float32 rounding, so torchtitan's trainer does what the recipe's
+    pieces say (loss normalised over kept tokens across micro-batches, clip 0.1, no weight
+    decay on norms and xIELU scalars, LR from step 0)."""
+    directory, _ = one_process_run
+    logged = read_metrics(directory / "out" / "metrics.jsonl")
+    for step, loss in enumerate(plain_pytorch_losses(phase, [8] * 30), start=1):
+        assert loss == pytest.approx(logged[step]["loss"], abs=2e-6), step
+
+
+@pytest.mark.slow
+def test_global_batch_ramp_doubles_the_batch_at_the_token_count(phase, tmp_path):
+    """RECIPE.md §4's ramp at tiny scale: 8 sequences per step until 8 steps x 8 x 64 tokens
+    were seen (the switch at 4000 tokens falls inside step 8), then 16; the LR schedule runs
+    on. The run equals the plain loop with the same batch sizes, and a run killed after the
+    switch resumes on the doubled batch."""
+    ramp = {"global_batch": 16, "at_tokens": 4000}
+    directory = tmp_path / "ramp"
+    run_ok(write_spec(directory, phase, steps=20, batch_ramp=ramp), 1)
+    logged = read_metrics(directory / "out" / "metrics.jsonl")
+    batches = [8] * 8 + [16] * 12
+    assert [logged[s]["global_batch"] for s in range(1, 21)] == batches
+    assert [logged[s]["tokens_seen"] for s in range(1, 21)] == list(64 * np.cumsum(batches))
+    for step, loss in enumerate(plain_pytorch_losses(phase, batches), start=1):
+        assert loss == pytest.approx(logged[step]["loss"], abs=2e-6), step
+    # Stopped at step 10 (after the switch) and resumed: the same loss at step 20.
+    resumed = tmp_path / "resumed"
+    lr = {**RUN["lr"], "total_steps": 20}  # the same schedule when stopped at step 10
+    spec = write_spec(resumed, phase, steps=20, batch_ramp=ramp, lr=lr)
+    run_ok(spec, 1, "--training.steps", "10")
+    assert sorted(checkpoint_steps(resumed / "ckpt")) == [10]
+    run_ok(spec, 1)
+    assert read_metrics(resumed / "out" / "metrics.jsonl")[20]["loss"] == logged[20]["loss"]
+    # The phase must hold the ramped run's windows: 8 x 8 + 12 x 16 = 256 > 30 x 8.
+    too_long = load_run_spec(write_spec(tmp_path / "long", phase, steps=200, batch_ramp=ramp))
+    with pytest.raises(ApertusError, match=r"needs 3136 sequences for steps 1-200"):
+        trainer_config(too_long)
 
 
 @pytest.mark.slow
@@ -660,6 +702,11 @@ def test_run_spec_defaults_are_the_recipe(phase, tmp_path):
             "exceed the schedule's 30 steps",
         ),
         ({"global_batch": 6}, "not a multiple of micro_batch"),
+        ({"batch_ramp": {"global_batch": 10, "at_tokens": 0}}, "batch_ramp.global_batch must"),
+        (
+            {"batch_ramp": {"global_batch": 16}},
+            r"batch_ramp: missing required key\(s\) \['at_tokens'\]",
+        ),
         ({"ademamix": {"betas": [0.9, 0.999]}}, "three numbers"),
         ({"goldfish": {"k": 0}}, "goldfish.k and goldfish.h"),
         ({"checkpoint": {"folder": "c", "keep_latest": 1}}, "keep_latest"),
@@ -674,7 +721,7 @@ def test_bad_run_specs_are_refused_naming_the_field(phase, tmp_path, change, mes
 
 def test_trainer_config_refuses_a_phase_too_small_or_a_batch_that_does_not_split(phase, tmp_path):
     too_long = load_run_spec(write_spec(tmp_path, phase, steps=10_000))
-    with pytest.raises(ApertusError, match=r"windows of 65 tokens, the run needs 10000 steps"):
+    with pytest.raises(ApertusError, match=r"windows of 65 tokens, the run needs 80000 sequen"):
         trainer_config(too_long)
     spec = load_run_spec(write_spec(tmp_path, phase))
     with pytest.raises(ApertusError, match=r"micro_batch 4 x 3 rank\(s\)"):
