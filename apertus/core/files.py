@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,3 +68,17 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(
         path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     )
+
+
+def replace_directory(built: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Put the fully written directory `built` at `target`, replacing what is there with two
+    renames, so readers see the old or the new directory, never a half-written one. `built`
+    must be on the same filesystem (a sibling)."""
+    built, target = Path(built), Path(target)
+    if target.exists():
+        old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+        os.replace(target, old)
+        os.replace(built, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(built, target)

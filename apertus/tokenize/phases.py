@@ -18,13 +18,23 @@ original shards, and packed training windows with a resumable position.
 
 Planning rules
 --------------
-Weights. Each source has a weight or ``None``, meaning its natural share (proportional to the
-tokens it holds). All numbers: the weights are relative and normalised to sum to 1. All ``None``:
-every source gets its natural share. Mixed: the numbers are explicit fractions of the budget
-(their sum must be below 1) and the ``None`` sources share the rest in proportion to their size,
-e.g. ``{"code": 0.1, "web": None, "edu": None}`` gives code 10% and web/edu 90% by size. A weight
-of 0 keeps a source in the record without drawing from it. The budget is split into integer
-per-source targets by largest remainder, so the targets sum to the budget exactly.
+Weights. Each source has a weight, ``None``, meaning its natural share (proportional to the
+tokens it holds), or ``"all"``. All numbers: the weights are relative and normalised to sum to 1.
+All ``None``: every source gets its natural share. Mixed: the numbers are explicit fractions of
+the budget (their sum must be below 1) and the ``None`` sources share the rest in proportion to
+their size, e.g. ``{"code": 0.1, "web": None, "edu": None}`` gives code 10% and web/edu 90% by
+size. A weight of 0 keeps a source in the record without drawing from it. The budget is split
+into integer per-source targets by largest remainder, so the targets sum to the budget exactly.
+
+``"all"`` means every (non-empty) document of the source exactly once: one epoch, target = the
+tokens it holds, taken out of the budget first. The other sources then share the rest of the
+budget by the rules above, as if the budget were that rest, e.g. a budget of 300k with
+``{"probes": "all", "web": None, "code": None}`` and 20k probe tokens gives web and code their
+natural shares of 280k. It is an error when the ``"all"`` sources hold more tokens than the
+budget, or as many when another source has a non-zero weight (it would get nothing), or fewer
+when no other source has a non-zero weight (nothing would fill the rest). Its documents are
+interleaved like any source's, so they are spread evenly over the phase. Planted documents whose
+exposure count must be exact (the memorization probes of apertus.data.probes) use it.
 
 Within a source. Documents (empty ones skipped and counted) are taken in a seeded random
 permutation; when the target exceeds what the source holds, further epochs follow, each a fresh
@@ -76,6 +86,8 @@ from apertus.core import ApertusError
 from apertus.core.files import atomic_open, atomic_write_json, sha256_file
 
 PHASE_FORMAT_VERSION = 1
+# The weight that takes every document of a source exactly once (module docstring).
+ALL = "all"
 INDEX_FILE = "index.npz"
 PHASE_FILE = "phase.json"
 CHECKSUMS_FILE = "checksums.json"
@@ -103,14 +115,16 @@ def _is_int(value: Any) -> bool:
 class PhaseSpec:
     """One pretraining phase: its name, token budget, data seed and source weights.
 
-    `weights` maps source names to a weight or ``None`` (natural share); see the module
-    docstring for how numbers and ``None`` combine. Invalid specs raise ApertusError here.
+    `weights` maps source names to a weight, ``None`` (natural share) or ``"all"`` (every
+    document once, out of the budget first); see the module docstring for how they combine.
+    Invalid specs raise ApertusError here; an ``"all"`` source larger than the budget is only
+    known when planning (:func:`build_phase_index`).
     """
 
     name: str
     tokens: int
     seed: int
-    weights: Mapping[str, float | None]
+    weights: Mapping[str, float | str | None]
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -124,15 +138,15 @@ class PhaseSpec:
             raise ApertusError(f"{where}: weights must name at least one source")
         if len(self.weights) > _MAX_SOURCES:
             raise ApertusError(f"{where}: {len(self.weights)} sources, at most {_MAX_SOURCES}")
-        weights: dict[str, float | None] = {}
+        weights: dict[str, float | str | None] = {}
         for source, weight in self.weights.items():
             if not isinstance(source, str) or not source:
                 raise ApertusError(f"{where}: source names must be non-empty strings: {source!r}")
-            if weight is not None:
+            if weight is not None and weight != ALL:
                 if isinstance(weight, bool) or not isinstance(weight, Real):
                     raise ApertusError(
                         f"{where}: source {source!r} has weight {weight!r}; "
-                        "expected a number or null (natural share)"
+                        f"expected a number, null (natural share) or {ALL!r} (every document once)"
                     )
                 weight = float(weight)
                 if not math.isfinite(weight) or weight < 0:
@@ -141,11 +155,14 @@ class PhaseSpec:
                         "weights must be finite and >= 0 (or null for the natural share)"
                     )
             weights[source] = weight
-        numbers = [w for w in weights.values() if w is not None]
+        # The rules for numbers and None apply among the sources that share the budget left
+        # after the "all" sources.
+        shared = {s: w for s, w in weights.items() if w != ALL}
+        numbers = [w for w in shared.values() if w is not None]
         if len(numbers) == len(weights) and sum(numbers) == 0:
             raise ApertusError(f"{where}: all weights are zero, nothing to train on")
-        if numbers and len(numbers) < len(weights) and math.fsum(numbers) >= 1:
-            natural = sorted(s for s, w in weights.items() if w is None)
+        if numbers and len(numbers) < len(shared) and math.fsum(numbers) >= 1:
+            natural = sorted(s for s, w in shared.items() if w is None)
             raise ApertusError(
                 f"{where}: with natural-share sources {natural}, the numeric weights are "
                 f"fractions of the budget and must sum below 1 (they sum to {math.fsum(numbers)})"
@@ -284,20 +301,60 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
-def _resolve_shares(spec: PhaseSpec, available: Mapping[str, int]) -> dict[str, Fraction]:
-    """Each source's fraction of the budget, exactly (see the module docstring's weight rule)."""
-    weights = spec.weights
+def _resolve_shares(
+    weights: Mapping[str, float | None], available: Mapping[str, int]
+) -> dict[str, Fraction]:
+    """Each source's fraction of the budget it shares, exactly (the module docstring's weight
+    rule for numbers and ``None``; the ``"all"`` sources are not among `weights`)."""
     numbers = {s: Fraction(w) for s, w in weights.items() if w is not None}
     natural = [s for s, w in weights.items() if w is None]
     if not natural:
         total = sum(numbers.values())
-        return {s: numbers[s] / total for s in weights}
+        return {s: numbers[s] / total if total else Fraction(0) for s in weights}
     rest = 1 - sum(numbers.values(), Fraction(0))
     natural_tokens = sum(available[s] for s in natural)
     shares = dict(numbers)
     for s in natural:
         shares[s] = rest * Fraction(available[s], natural_tokens) if natural_tokens else Fraction(0)
     return {s: shares[s] for s in weights}
+
+
+def _targets(
+    spec: PhaseSpec, available: Mapping[str, int], order: list[str]
+) -> tuple[dict[str, int], dict[str, Fraction]]:
+    """Integer token targets (summing to the budget) and shares of the budget per source.
+
+    The ``"all"`` sources take what they hold, first; the others split the rest by their
+    weights (module docstring). Without ``"all"`` sources the rest is the whole budget.
+    """
+    where = f"phase {spec.name!r}"
+    whole = [s for s in order if spec.weights[s] == ALL]
+    shared = [s for s in order if spec.weights[s] != ALL]
+    rest = spec.tokens - sum(available[s] for s in whole)
+    drawing = [s for s in shared if spec.weights[s] != 0]
+    if whole and rest < 0:
+        raise ApertusError(
+            f"{where}: the sources with weight {ALL!r} ({', '.join(whole)}) hold "
+            f"{spec.tokens - rest} tokens, more than the budget of {spec.tokens}; "
+            "raise the phase's tokens or plant fewer documents"
+        )
+    if whole and drawing and rest == 0:
+        raise ApertusError(
+            f"{where}: the sources with weight {ALL!r} ({', '.join(whole)}) fill the whole "
+            f"budget of {spec.tokens} tokens, leaving nothing for {', '.join(drawing)}"
+        )
+    if whole and not drawing and rest > 0:
+        raise ApertusError(
+            f"{where}: the sources with weight {ALL!r} ({', '.join(whole)}) hold "
+            f"{spec.tokens - rest} tokens and no other source draws from the budget of "
+            f"{spec.tokens}; set the phase's tokens to {spec.tokens - rest} or add a source"
+        )
+    within = _resolve_shares({s: spec.weights[s] for s in shared}, available) if shared else {}
+    targets = _split_budget(rest, within, shared) if shared else {}
+    targets.update({s: available[s] for s in whole})
+    shares = {s: within[s] * Fraction(rest, spec.tokens) for s in shared}
+    shares.update({s: Fraction(available[s], spec.tokens) for s in whole})
+    return {s: targets[s] for s in order}, {s: shares[s] for s in order}
 
 
 def _split_budget(budget: int, shares: Mapping[str, Fraction], order: list[str]) -> dict[str, int]:
@@ -391,8 +448,7 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
                 f"{where}: source {s!r} has weight {spec.weights[s]} but no tokens in "
                 f"{sources[s].directory} ({len(sources[s].files)} shard files)"
             )
-    shares = _resolve_shares(spec, available)
-    targets = _split_budget(spec.tokens, shares, names)
+    targets, shares = _targets(spec, available, names)
 
     # Each source's own document stream, then the progress-balanced merge (module docstring).
     plans = {s: _plan_source(sources[s], spec.seed, targets[s]) for s in names}

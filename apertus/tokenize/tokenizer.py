@@ -44,7 +44,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from apertus.core import ApertusError
-from apertus.core.files import sha256_file
+from apertus.core.files import replace_directory, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -333,8 +333,8 @@ def _check_same_encoding(loaded: PreTrainedTokenizerBase, reference: Tokenizer) 
 
 
 # Files a Hugging Face tokenizer directory may hold; a directory with anything else is not ours
-# to replace.
-_TOKENIZER_FILES = frozenset(
+# to replace, and an export copies only these.
+TOKENIZER_FILES = frozenset(
     {
         "tokenizer.json",
         "tokenizer_config.json",
@@ -363,7 +363,7 @@ def _publish_directory(out_dir: Path, write) -> dict[str, str]:
         foreign = sorted(
             p.name
             for p in out_dir.iterdir()
-            if p.name not in _TOKENIZER_FILES and not p.name.startswith(".")
+            if p.name not in TOKENIZER_FILES and not p.name.startswith(".")
         )
         if foreign:
             raise ApertusError(
@@ -378,13 +378,7 @@ def _publish_directory(out_dir: Path, write) -> dict[str, str]:
         files = {
             str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()
         }
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex}.old")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
+        replace_directory(tmp, out_dir)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

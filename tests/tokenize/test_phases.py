@@ -579,3 +579,149 @@ def test_tampered_index_is_refused(phase, tmp_path, shards):
     index.write_bytes((tmp_path / "other" / "index.npz").read_bytes())
     with pytest.raises(ApertusError, match="sha256"):
         PhaseDataset(phase_dir)
+
+
+# -- the "all" weight: every document of a source exactly once -----------------------------------
+
+
+@pytest.fixture
+def planted(shards, tmp_path):
+    """The three sources plus `planted`: 13 documents in two files, each a distinct token value."""
+    dirs, originals = shards
+    dirs = {**dirs, "planted": tmp_path / "shards" / "planted"}
+    originals = {**originals, "planted": write_source(dirs["planted"], 7, [6, 7], (5, 25))}
+    return dirs, originals
+
+
+def planted_documents_seen(phase_dir) -> list[int]:
+    """Document numbers of the planted source in plan order, read from the tokens themselves."""
+    return [
+        int(doc[1]) - 7000
+        for doc in PhaseDataset(phase_dir).iter_documents()
+        if doc[1] // 1000 == 7
+    ]
+
+
+def test_all_weight_plans_every_document_exactly_once(planted, tmp_path):
+    dirs, originals = planted
+    budget = 12_000
+    phase = build_phase_index(
+        PhaseSpec("p", budget, 3, {"planted": "all", "web": 0.5, "edu": 0.5}), dirs, tmp_path / "p"
+    )
+    record = per_source(phase)["planted"]
+    held = available(originals, "planted")
+    assert record["weight"] == "all"
+    assert record["tokens_target"] == record["tokens_planned"] == record["tokens_available"] == held
+    assert record["documents_planned"] == len(originals["planted"]) == 13
+    assert record["epochs"] == 1
+    assert record["share"] == pytest.approx(held / budget)
+    # Each planted document exactly once, by its tokens and by the index rows.
+    assert sorted(planted_documents_seen(tmp_path / "p")) == list(range(13))
+    rows = rows_of(
+        index_arrays(tmp_path / "p"), [s["name"] for s in phase["sources"]].index("planted")
+    )
+    assert sorted(rows) == sorted(originals["planted"])
+    # The others split the rest of the budget by their weights, exactly to the budget.
+    rest = budget - held
+    targets = {n: per_source(phase)[n]["tokens_target"] for n in ("web", "edu")}
+    assert sum(targets.values()) == rest
+    assert abs(targets["web"] - rest / 2) <= 1 and abs(targets["edu"] - rest / 2) <= 1
+    assert per_source(phase)["web"]["share"] == pytest.approx(0.5 * rest / budget)
+
+
+def test_all_weight_leaves_fractions_and_natural_shares_to_the_rest(planted, tmp_path):
+    dirs, originals = planted
+    budget = 10_000
+    phase = build_phase_index(
+        PhaseSpec("p", budget, 3, {"planted": "all", "code": 0.1, "web": None, "edu": None}),
+        dirs,
+        tmp_path / "p",
+    )
+    rest = budget - available(originals, "planted")
+    targets = {n: per_source(phase)[n]["tokens_target"] for n in ("code", "web", "edu")}
+    assert abs(targets["code"] - 0.1 * rest) <= 1
+    web, edu = available(originals, "web"), available(originals, "edu")
+    assert abs(targets["web"] - 0.9 * rest * web / (web + edu)) <= 1
+    assert abs(targets["edu"] - 0.9 * rest * edu / (web + edu)) <= 1
+    assert sum(targets.values()) == rest
+    assert per_source(phase)["planted"]["tokens_target"] == available(originals, "planted")
+
+
+def test_all_weight_spreads_the_documents_over_the_phase(planted, tmp_path):
+    dirs, _ = planted
+    phase = build_phase_index(
+        PhaseSpec("p", 12_000, 3, {"planted": "all", "web": None}), dirs, tmp_path / "p"
+    )
+    arrays = index_arrays(tmp_path / "p")
+    where = np.flatnonzero(
+        arrays["source"] == [s["name"] for s in phase["sources"]].index("planted")
+    )
+    fraction = np.cumsum(arrays["tokens"].astype(np.int64))[where] / phase["tokens_planned"]
+    # 13 documents at their progress fraction: the first within the first tenth, the last in the
+    # last tenth, never more than two in any tenth of the phase.
+    assert fraction[0] < 0.1 and fraction[-1] > 0.9
+    assert np.bincount((fraction * 10).astype(int).clip(0, 9), minlength=10).max() <= 2
+
+
+def test_all_weight_is_deterministic_and_independent_of_the_others(planted, tmp_path):
+    dirs, _ = planted
+    spec = PhaseSpec("p", 12_000, 5, {"planted": "all", "web": 1, "edu": 2})
+    build_phase_index(spec, dirs, tmp_path / "a")
+    build_phase_index(spec, dirs, tmp_path / "b")
+    for name in ("index.npz", "phase.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    build_phase_index(
+        PhaseSpec("p", 9_000, 5, {"planted": "all", "code": None}), dirs, tmp_path / "c"
+    )
+    assert planted_documents_seen(tmp_path / "a") == planted_documents_seen(tmp_path / "c")
+
+
+def test_all_weight_alone_must_match_the_budget(planted, tmp_path):
+    dirs, originals = planted
+    held = available(originals, "planted")
+    phase = build_phase_index(
+        PhaseSpec("p", held, 0, {"planted": "all", "web": 0}), dirs, tmp_path / "p"
+    )
+    assert phase["tokens_planned"] == held
+    assert per_source(phase)["web"]["tokens_planned"] == 0
+    with pytest.raises(
+        ApertusError, match=rf"no other source draws .* set the phase's tokens to {held}"
+    ):
+        build_phase_index(PhaseSpec("p", held + 1, 0, {"planted": "all"}), dirs, tmp_path / "q")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"), [(-1, "more than the budget"), (0, "leaving nothing")]
+)
+def test_all_weight_beyond_the_budget_is_refused(planted, tmp_path, extra, message):
+    dirs, originals = planted
+    budget = available(originals, "planted") + extra
+    with pytest.raises(ApertusError, match=rf"'p': .*'all' \(planted\).*{message}"):
+        build_phase_index(
+            PhaseSpec("p", budget, 0, {"planted": "all", "web": None}), dirs, tmp_path / "p"
+        )
+    assert not (tmp_path / "p" / "phase.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ({"planted": "ALL", "web": 1.0}, "'planted' has weight 'ALL'.*or 'all'"),
+        ({"planted": "every", "web": 1.0}, "'planted' has weight 'every'"),
+        ({"planted": "all", "web": 0.6, "edu": 0.5, "code": None}, "must sum below 1"),
+    ],
+)
+def test_bad_all_weights_are_refused(weights, message):
+    with pytest.raises(ApertusError, match=message):
+        PhaseSpec("p", 100, 0, weights)
+
+
+def test_all_weight_source_without_tokens_is_refused(shards, tmp_path):
+    dirs, _ = shards
+    write_source(tmp_path / "empty", 9, [3], (3, 5), empty_every=1)
+    with pytest.raises(ApertusError, match=r"'empty' has weight all but no tokens"):
+        build_phase_index(
+            PhaseSpec("p", 100, 0, {"web": 1.0, "empty": "all"}),
+            {**dirs, "empty": tmp_path / "empty"},
+            tmp_path / "p",
+        )

@@ -88,3 +88,27 @@ def test_data_filters_are_recipe_section_5(preset):
     assert data["pii"]["exempt_kinds"] == ["code", "math"]
     assert data["language"]["backend"] == "glotlid"
     assert config["tokenize"]["tokenizer"]["source"].startswith("swiss-ai/Apertus")
+
+
+# RECIPE §8: the base-model benchmarks, each present in lm-eval 0.4.13 (CulturalBench, BLEnD and
+# SwitzerlandQA are not), plus the project's per-language perplexity.
+RECIPE_TASKS = {"arc_easy", "arc_challenge", "hellaswag", "winogrande", "piqa", "mmlu", "xnli"}
+RECIPE_TASKS |= {"xcopa", "global_mmlu_de", "global_mmlu_fr", "global_mmlu_it", "global_mmlu_en"}
+RECIPE_TASKS |= {"include_base_44_german", "include_base_44_french", "include_base_44_italian"}
+
+
+@pytest.fixture(scope="module")
+def lm_eval_task_names():
+    from lm_eval.tasks import TaskManager
+
+    return set(TaskManager().all_tasks)
+
+
+def test_evaluation_suite_is_recipe_section_8_and_exists_in_lm_eval(preset, lm_eval_task_names):
+    _, config = preset
+    suite = config["evaluate"]["suite"]
+    names = {entry["task"] for entry in suite["tasks"]}
+    assert names == RECIPE_TASKS | {"apertus_ppl"}
+    assert lm_eval_task_names >= RECIPE_TASKS
+    assert suite["include_defaults"] and suite["device"] == "cuda"
+    assert not config["data"]["probes"]["enabled"]  # a tiny-run experiment only

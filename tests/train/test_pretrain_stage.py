@@ -44,9 +44,22 @@ def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
         "pretrain:\n  long_context:\n    - {name: ctx256, phase: phase2, seq_len: 256,"
         " rope_theta: 2000000, global_batch: 4, steps: 20, lr: 0.001, warmup_steps: 5}\n"
     )
-    assert planned_jobs(default_run, tmp_path, text) == {"pretrain_stage": 1}
+    # ... and what was made from its checkpoint
+    assert planned_jobs(default_run, tmp_path, text) == {
+        "pretrain_stage": 1,
+        "export_checkpoint": 1,
+        "evaluate_checkpoint": 1,
+        "evaluate_memorization": 1,
+        "evaluate_table": 1,
+    }
 
 
 def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_path):
     jobs = planned_jobs(default_run, tmp_path, "pretrain:\n  lr:\n    peak: 0.002\n")
-    assert jobs == {"pretrain_stage": 3}
+    assert jobs == {
+        "pretrain_stage": 3,
+        "export_checkpoint": 3,
+        "evaluate_checkpoint": 3,
+        "evaluate_memorization": 3,
+        "evaluate_table": 1,
+    }

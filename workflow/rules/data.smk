@@ -239,4 +239,24 @@ rule data_funnel:
         " --json {output.json} --plot {output.plot} > {log} 2>&1"
 
 
+rule data_probes:
+    output:
+        out=directory(stage_path("data", "probes")),
+        manifest=stage_path("data", "probes.manifest.json"),
+    log:
+        log_path("data", "probes"),
+    benchmark:
+        benchmark_path("data", "probes")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("data"),
+    params:
+        config=stage_config("data", "probes"),
+    shell:
+        "python -m apertus.data.probes --config {params.config:q} --manifest {output.manifest}"
+        " --output-dir {output.out} > {log} 2>&1"
+
+
 TARGETS.extend([rules.data_select.output.manifest, rules.data_funnel.output.json])

@@ -3,8 +3,11 @@
 # Code: apertus/tokenize/. Config: `tokenize:` (config/README.md). Tests: tests/tokenize/.
 
 TOKENIZE = config["tokenize"]
-# One shard set per source of the corpus the data stage writes.
+# One shard set per source of the corpus the data stage writes, plus the planted memorization
+# probes, which live outside the corpus (the held-out split and the tokenizer never see them).
 TOKENIZE_SOURCES = [source["name"] for source in config["data"]["sources"]]
+if config["data"]["probes"]["enabled"]:
+    TOKENIZE_SOURCES.append("probes")
 TOKENIZE_HELDOUT_IDS = stage_path("tokenize", "split", "heldout_ids.json")
 TOKENIZE_TOKENIZER = stage_path("tokenize", "tokenizer")
 
@@ -82,7 +85,11 @@ rule tokenize_heldout:
 
 rule tokenize_shards:
     input:
-        corpus=rules.data_select.output.out,
+        corpus=lambda wildcards: (
+            rules.data_probes.output.out
+            if wildcards.source == "probes"
+            else rules.data_select.output.out
+        ),
         heldout=TOKENIZE_HELDOUT_IDS,
         tokenizer=TOKENIZE_TOKENIZER,
     output:

@@ -1,0 +1,415 @@
+"""One model folder through lm-evaluation-harness 0.4.13 (``lm_eval.simple_evaluate``, model
+``hf``), with the numbers written as lm-eval writes them and the command line that gives them
+again outside the pipeline.
+
+A suite is a list of ``{task, num_fewshot, limit, add_bos_token}``. ``lm_eval`` takes one
+few-shot count and one limit per call, so entries are grouped into *invocations* (same few-shot,
+limit and BOS setting, in suite order); each invocation writes ``lm_eval/results-<k>.json``
+(``json.dumps(results, indent=2, default=handle_non_serializable)``, as lm-eval's CLI does,
+without the date in the file name and the tracker's bookkeeping keys such as ``task_hashes``)
+and one line of ``command.sh``.
+
+BOS, and why ``add_bos_token`` is chosen per task. Our tokenizer's post-processor frames every
+text as ``<s> ... </s>`` (apertus/tokenize/tokenizer.py), and lm-eval's ``hf`` model encodes
+contexts with the tokenizer's own special tokens unless told otherwise, so without
+``add_bos_token`` a context would end in ``</s>`` and lm-eval's context/continuation split
+(encode both, cut at the context length) would score the wrong tokens. With ``add_bos_token``
+set, ``transformers`` 5 rebuilds the post-processor to add ``<s>`` alone (True) or nothing
+(False). lm-eval then does:
+
+- ``loglikelihood`` / ``multiple_choice``: ``add_bos_token=True`` gives ``<s> context`` and
+  scores exactly the continuation's tokens, as the model saw documents in training.
+- ``loglikelihood_rolling``: lm-eval puts its prefix token (BOS) in front of the encoded text
+  itself, so ``add_bos_token=True`` would also score ``<s>`` after ``<s>`` (lm-eval issue
+  #3333); ``add_bos_token=False`` gives log p(text | <s>), windows of the model's max length
+  each conditioned on the last token of the previous one.
+
+So ``add_bos_token: null`` (the default) means False for rolling tasks and True for the others,
+found from the tasks' ``output_type``; a task or group mixing both needs an explicit value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apertus.core import ApertusError
+from apertus.core.files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+RESULTS_DIR = "lm_eval"
+COMMAND_FILE = "command.sh"
+ROLLING = "loglikelihood_rolling"
+LM_EVAL_VERSION = "0.4.13"
+
+# Environment of every run: no Hub or dataset download (PLATFORM.md "lm-eval 0.4.13 offline");
+# lm-eval's CLI also turns tokenizer threads off.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+COMMON_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """One task (or group, or tag) of a suite.
+
+    task: an lm-eval task, group or tag name (ours: apertus_mc, apertus_ppl, apertus_mc_de...).
+    num_fewshot: few-shot examples, or None for the task's own default (0 when it has none).
+    limit: at most this many documents per task (a fraction when < 1), or None for all.
+    add_bos_token: lm-eval's ``hf`` model argument; None picks it from the task's output type
+        (see the module doc).
+    """
+
+    task: str
+    num_fewshot: int | None = None
+    limit: int | float | None = None
+    add_bos_token: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task, str) or not self.task.strip():
+            raise ApertusError(f"suite task must be a task name, got {self.task!r}")
+        if self.num_fewshot is not None and (
+            isinstance(self.num_fewshot, bool)
+            or not isinstance(self.num_fewshot, int)
+            or self.num_fewshot < 0
+        ):
+            raise ApertusError(
+                f"suite task {self.task}: num_fewshot must be an integer >= 0 or null, "
+                f"got {self.num_fewshot!r}"
+            )
+        if self.limit is not None and (
+            isinstance(self.limit, bool)
+            or not isinstance(self.limit, int | float)
+            or self.limit <= 0
+            or (isinstance(self.limit, float) and self.limit >= 1 and not self.limit.is_integer())
+        ):
+            raise ApertusError(
+                f"suite task {self.task}: limit must be a count >= 1, a fraction in (0, 1) or "
+                f"null, got {self.limit!r}"
+            )
+        if self.add_bos_token is not None and not isinstance(self.add_bos_token, bool):
+            raise ApertusError(
+                f"suite task {self.task}: add_bos_token must be true, false or null, "
+                f"got {self.add_bos_token!r}"
+            )
+
+
+DEFAULT_SUITE: tuple[SuiteEntry, ...] = (
+    SuiteEntry("apertus_mc"),
+    SuiteEntry("apertus_ppl"),
+)
+
+
+@dataclass(frozen=True)
+class LmEvalOptions:
+    """How a model is run: the ``evaluate.suite`` section.
+
+    tasks: the suite, a list of :class:`SuiteEntry` (``{task, num_fewshot, limit,
+        add_bos_token}``).
+    batch_size: lm-eval's batch size: an integer, "auto" or "auto:N".
+    device: torch device for the model ("cpu", "cuda", "cuda:0").
+    dtype: the model's dtype ("float32", "bfloat16", "float16" or "auto").
+    model_args: further ``hf`` model arguments (e.g. {"max_length": 4096}).
+    include_defaults: also index lm-eval's built-in tasks (needed for ARC, HellaSwag...; ~10 s).
+    seed: lm-eval's python, numpy, torch and few-shot seeds.
+    offline: forbid Hub and dataset downloads (built-in tasks need false the first time).
+    log_samples: also write every scored request (``lm_eval/samples-<k>/<task>.jsonl``).
+    """
+
+    tasks: tuple[SuiteEntry, ...] = DEFAULT_SUITE
+    batch_size: int | str = 8
+    device: str = "cpu"
+    dtype: str = "float32"
+    model_args: dict[str, Any] = field(default_factory=dict)
+    include_defaults: bool = False
+    seed: int = 1234
+    offline: bool = True
+    log_samples: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ApertusError("evaluate.suite.tasks is empty: name at least one task")
+        bs = self.batch_size
+        if isinstance(bs, bool) or not (
+            (isinstance(bs, int) and bs >= 1)
+            or (isinstance(bs, str) and (bs == "auto" or _is_auto_n(bs)))
+        ):
+            raise ApertusError(
+                f"evaluate.suite.batch_size must be >= 1, 'auto' or 'auto:N', got {bs!r}"
+            )
+        if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
+            raise ApertusError(
+                "evaluate.suite.dtype must be float32, bfloat16, float16 or auto, "
+                f"got {self.dtype!r}"
+            )
+        if not isinstance(self.device, str) or not self.device:
+            raise ApertusError(
+                f"evaluate.suite.device must be a torch device name, got {self.device!r}"
+            )
+        if not isinstance(self.model_args, dict):
+            raise ApertusError(
+                f"evaluate.suite.model_args must be a mapping, got {self.model_args!r}"
+            )
+        reserved = {"pretrained", "dtype", "add_bos_token", "device", "batch_size"}
+        if clash := reserved & set(self.model_args):
+            raise ApertusError(
+                f"evaluate.suite.model_args sets {', '.join(sorted(clash))}: those come from "
+                "the model folder, evaluate.suite.dtype / device / batch_size and each task's "
+                "add_bos_token"
+            )
+        for key, value in self.model_args.items():
+            if not isinstance(value, str | int | float | bool) or value is None:
+                raise ApertusError(
+                    f"evaluate.suite.model_args.{key} must be a string, number or boolean, "
+                    f"got {value!r}"
+                )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ApertusError(f"evaluate.suite.seed must be an integer >= 0, got {self.seed!r}")
+        for name in ("include_defaults", "offline", "log_samples"):
+            if not isinstance(getattr(self, name), bool):
+                raise ApertusError(f"evaluate.suite.{name} must be true or false")
+
+
+def _is_auto_n(text: str) -> bool:
+    head, _, n = text.partition(":")
+    return head == "auto" and n.isdigit() and int(n) >= 1
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One ``simple_evaluate`` call / one ``lm_eval`` command line."""
+
+    tasks: tuple[str, ...]
+    num_fewshot: int | None
+    limit: int | float | None
+    add_bos_token: bool
+
+
+def set_environment(offline: bool) -> dict[str, str]:
+    """Set (before `datasets` is imported, which reads it once) and return the environment."""
+    env = {**COMMON_ENV, **(OFFLINE_ENV if offline else {})}
+    os.environ.update(env)
+    return env
+
+
+def task_manager(tasks_dir: str | os.PathLike | None, include_defaults: bool):
+    """lm-eval's TaskManager over our task directory (and the built-in tasks if asked)."""
+    from lm_eval.tasks import TaskManager
+
+    include = str(Path(tasks_dir).absolute()) if tasks_dir is not None else None
+    if include is not None and not Path(include).is_dir():
+        raise ApertusError(f"task directory {include} does not exist")
+    if include is None and not include_defaults:
+        raise ApertusError("no tasks: give a task directory or set evaluate.suite.include_defaults")
+    return TaskManager(include_path=include, include_defaults=include_defaults)
+
+
+def output_types(manager, task: str) -> set[str]:
+    """The output types of the leaf tasks of a task, group or tag (loads the tasks)."""
+    if task not in manager.all_tasks:
+        raise ApertusError(
+            f"lm-eval knows no task, group or tag {task!r}: not in the task directory, and "
+            "lm-eval's built-in tasks are only searched with evaluate.suite.include_defaults: true"
+        )
+    loaded = manager.load([task])["tasks"]
+    return {t.get_config("output_type") for t in loaded.values()}
+
+
+def plan_invocations(suite: Sequence[SuiteEntry], manager) -> list[Invocation]:
+    """Group the suite into lm-eval calls: entries with the same few-shot count, limit and BOS
+    setting share a call, in the order they first appear; a task named twice is refused."""
+    seen: set[str] = set()
+    plan: dict[tuple, list[str]] = {}
+    for entry in suite:
+        if entry.task in seen:
+            raise ApertusError(f"suite names task {entry.task!r} twice")
+        seen.add(entry.task)
+        bos = entry.add_bos_token
+        types = output_types(manager, entry.task)
+        if bos is None:
+            if len(types) > 1 and ROLLING in types:
+                raise ApertusError(
+                    f"suite task {entry.task} mixes {ROLLING} with {sorted(types - {ROLLING})}: "
+                    "set its add_bos_token explicitly, or list its tasks separately"
+                )
+            bos = ROLLING not in types
+        elif bos and ROLLING in types:
+            raise ApertusError(
+                f"suite task {entry.task} is {ROLLING}: add_bos_token true would score <s> "
+                "after lm-eval's own BOS prefix (lm-eval issue #3333); use false or null"
+            )
+        plan.setdefault((entry.num_fewshot, entry.limit, bos), []).append(entry.task)
+    return [Invocation(tuple(tasks), n, limit, bos) for (n, limit, bos), tasks in plan.items()]
+
+
+def model_args(model_dir: str | os.PathLike, options: LmEvalOptions, add_bos_token: bool) -> dict:
+    """The ``hf`` model arguments of one invocation (the same dict goes to the API and, as
+    JSON, to the command line)."""
+    return {
+        "pretrained": str(Path(model_dir).absolute()),
+        "dtype": options.dtype,
+        "add_bos_token": add_bos_token,
+        **options.model_args,
+    }
+
+
+def lm_eval_command(
+    invocation: Invocation,
+    model_dir: str | os.PathLike,
+    tasks_dir: str | os.PathLike | None,
+    options: LmEvalOptions,
+    output_path: str,
+) -> list[str]:
+    """The ``lm_eval run`` argument list that reproduces one invocation. `output_path` is
+    written as given (a shell word such as ``"$out/results-0.json"`` is left to the shell)."""
+    seed = options.seed
+    command = [
+        "lm_eval",
+        "run",
+        "--model",
+        "hf",
+        "--model_args",
+        json.dumps(model_args(model_dir, options, invocation.add_bos_token), sort_keys=False),
+        "--tasks",
+        ",".join(invocation.tasks),
+        "--batch_size",
+        str(options.batch_size),
+        "--device",
+        options.device,
+        "--seed",
+        f"{seed},{seed},{seed},{seed}",
+    ]
+    if tasks_dir is not None:
+        command += ["--include_path", str(Path(tasks_dir).absolute())]
+    if invocation.num_fewshot is not None:
+        command += ["--num_fewshot", str(invocation.num_fewshot)]
+    if invocation.limit is not None:
+        command += ["--limit", str(invocation.limit)]
+    if options.log_samples:
+        command += ["--log_samples"]
+    return [*command, "--output_path", output_path]
+
+
+def command_script(
+    invocations: Sequence[Invocation],
+    model_dir: str | os.PathLike,
+    tasks_dir: str | os.PathLike | None,
+    options: LmEvalOptions,
+    env: dict[str, str],
+) -> str:
+    """``command.sh``: the lm_eval lines of all invocations, run with the same environment."""
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Reproduces lm_eval/results-<k>.json outside the pipeline (lm-eval {LM_EVAL_VERSION}).",
+        "#   bash command.sh [OUTPUT_DIR]      (default: ./lm_eval_reproduced)",
+        "# lm_eval writes OUTPUT_DIR/results-<k>_<date>.json. One line per few-shot / limit /",
+        "# add_bos_token combination; add_bos_token is false for loglikelihood_rolling tasks,",
+        "# where lm-eval puts the BOS in front itself (see apertus/evaluate/lmeval.py).",
+        "set -euo pipefail",
+        "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        'out="${1:-lm_eval_reproduced}"',
+    ]
+    for k, invocation in enumerate(invocations):
+        words = lm_eval_command(invocation, model_dir, tasks_dir, options, "OUTPUT")
+        quoted = " ".join(shlex.quote(w) for w in words[:-1])
+        lines.append(f'{quoted} "$out/results-{k}.json"')
+    return "\n".join(lines) + "\n"
+
+
+def run_suite(
+    model_dir: str | os.PathLike,
+    tasks_dir: str | os.PathLike | None,
+    options: LmEvalOptions,
+    out_dir: str | os.PathLike,
+) -> dict[str, Any]:
+    """Evaluate the model folder `model_dir` on `options.tasks` and write into `out_dir`::
+
+        lm_eval/results-<k>.json        lm-eval's results of invocation k
+        lm_eval/samples-<k>/<task>.jsonl  every scored request (when options.log_samples)
+        command.sh                      the lm_eval command lines giving the same numbers
+
+    Returns ``{"invocations": [...], "results": {task: {metric: value}}, "samples":
+    {task: [...]}}`` (samples only in memory, for callers that check them).
+    """
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if not (model_dir / "config.json").is_file():
+        raise ApertusError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
+    env = set_environment(options.offline)
+
+    import lm_eval
+    from lm_eval.api.registry import get_model
+    from lm_eval.utils import handle_non_serializable
+
+    manager = task_manager(tasks_dir, options.include_defaults)
+    invocations = plan_invocations(options.tasks, manager)
+    results_dir = out_dir / RESULTS_DIR
+    if results_dir.exists():  # results of an earlier run with other invocations must not stay
+        shutil.rmtree(results_dir)
+    results_dir.mkdir(parents=True)
+    models: dict[str, Any] = {}
+    merged: dict[str, dict[str, Any]] = {}
+    all_samples: dict[str, list] = {}
+    for k, invocation in enumerate(invocations):
+        args = model_args(model_dir, options, invocation.add_bos_token)
+        key = json.dumps(args, sort_keys=True)
+        if key not in models:  # one load per distinct model arguments, not per invocation
+            models[key] = get_model("hf").create_from_arg_obj(
+                args, {"batch_size": options.batch_size, "device": options.device}
+            )
+        log.info("lm-eval call %d/%d: %s", k + 1, len(invocations), invocation)
+        seed = options.seed
+        results = lm_eval.simple_evaluate(
+            model=models[key],
+            tasks=list(invocation.tasks),
+            num_fewshot=invocation.num_fewshot,
+            limit=invocation.limit,
+            batch_size=options.batch_size,
+            device=options.device,
+            task_manager=manager,
+            log_samples=options.log_samples,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=seed,
+            fewshot_random_seed=seed,
+        )
+        if results is None:
+            raise ApertusError(f"lm-eval returned no results for {invocation.tasks}")
+        # What the CLI records for the same call (`simple_evaluate` names a pre-built model
+        # by its class and cannot know its arguments).
+        results["config"]["model"] = "hf"
+        results["config"]["model_args"] = args
+        samples = results.pop("samples", None) or {}
+        atomic_write_text(
+            results_dir / f"results-{k}.json",
+            json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False),
+        )
+        for task, rows in samples.items():
+            atomic_write_text(
+                results_dir / f"samples-{k}" / f"{task}.jsonl",
+                "".join(
+                    json.dumps(r, default=handle_non_serializable, ensure_ascii=False) + "\n"
+                    for r in rows
+                ),
+            )
+        all_samples.update(samples)
+        for task, metrics in results["results"].items():
+            merged.setdefault(task, {}).update(metrics)
+    atomic_write_text(
+        out_dir / COMMAND_FILE, command_script(invocations, model_dir, tasks_dir, options, env)
+    )
+    (out_dir / COMMAND_FILE).chmod(0o755)
+    return {
+        "invocations": [
+            {**vars(inv), "tasks": list(inv.tasks), "results": f"{RESULTS_DIR}/results-{k}.json"}
+            for k, inv in enumerate(invocations)
+        ],
+        "results": merged,
+        "samples": all_samples,
+    }

@@ -1,0 +1,239 @@
+"""Entry point of the export stage: a pretraining stage's final checkpoint as a verified
+Hugging Face folder.
+
+    python -m apertus.export.stage --config JSON --manifest M --run DIR --tokenizer DIR
+        --heldout DIR --output DIR
+
+``--run`` is a pretraining stage's output directory (its ``run.json`` names the final
+checkpoint, the flavor, the model overrides and the sequence length; ``apertus.train.stage``),
+``--tokenizer`` the tokenizer directory whose files go into the export, ``--heldout`` the
+held-out documents (``<lang>.jsonl``) the verification batch is drawn from. ``--output``
+receives the folder (``apertus.export.hf``) with its verification card ``verification.json``
+(``apertus.export.verify``); it appears only once the export loaded in transformers and
+matched our model within the tolerance.
+
+Config (the ``export:`` subtree, as JSON)::
+
+    {"dtype": "float32",            # or "bfloat16": the dtype of the exported weights
+     "max_shard_size": "5GB",       # larger weights are split into safetensors shards
+     "verify": {"tolerance": 1e-4,  # max abs logit difference allowed (fp32 compute)
+                "rows": 4,          # rows of the verification batch
+                "seq_len": null}}   # tokens per row; null = the run's training seq_len
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from apertus.core import ApertusError
+from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.export.hf import DEFAULT_MAX_SHARD_SIZE, EXPORT_DTYPES
+from apertus.export.verify import DEFAULT_TOLERANCE
+from apertus.model.model import ApertusModel
+
+RUN_RECORD = "run.json"
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """``export.verify``: the logits comparison of :func:`apertus.export.verify.verify_export`."""
+
+    tolerance: float = DEFAULT_TOLERANCE
+    rows: int = 4
+    seq_len: int | None = None
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """The ``export:`` config subtree, checked key by key."""
+
+    dtype: str = "float32"
+    max_shard_size: str = DEFAULT_MAX_SHARD_SIZE
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ExportConfig:
+        _no_unknown_keys(raw, cls, "export")
+        verify_raw = raw.get("verify", {})
+        if not isinstance(verify_raw, dict):
+            raise ApertusError(f"export.verify must be an object, got {verify_raw!r}")
+        _no_unknown_keys(verify_raw, VerifyConfig, "export.verify")
+        verify = VerifyConfig(**verify_raw)
+        config = cls(**{**raw, "verify": verify})
+        if config.dtype not in EXPORT_DTYPES:
+            raise ApertusError(
+                f"export.dtype must be one of {', '.join(EXPORT_DTYPES)}, got {config.dtype!r}"
+            )
+        if not isinstance(config.max_shard_size, str | int) or isinstance(
+            config.max_shard_size, bool
+        ):
+            raise ApertusError(
+                f"export.max_shard_size must be a size such as '5GB', got {config.max_shard_size!r}"
+            )
+        t = verify.tolerance
+        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+            raise ApertusError(f"export.verify.tolerance must be a positive number, got {t!r}")
+        if isinstance(verify.rows, bool) or not isinstance(verify.rows, int) or verify.rows < 1:
+            raise ApertusError(
+                f"export.verify.rows must be a positive integer, got {verify.rows!r}"
+            )
+        s = verify.seq_len
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 1):
+            raise ApertusError(
+                f"export.verify.seq_len must be a positive integer or null, got {s!r}"
+            )
+        return config
+
+
+def _no_unknown_keys(raw: dict[str, Any], cls: type, where: str) -> None:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ApertusError(
+            f"unknown key(s) {', '.join(unknown)} in {where}; known: {', '.join(sorted(known))}"
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the export needs from a pretraining stage's ``run.json``."""
+
+    name: str
+    final_checkpoint: Path
+    flavor: str
+    model_overrides: dict[str, Any]
+    seq_len: int
+
+    def model_config(self) -> ApertusModel.Config:
+        """The model the run trained: its flavor with its overrides, on SDPA attention (the
+        backend changes no weight; SDPA runs on CPU)."""
+        from apertus.model.config_registry import flavor
+
+        return flavor(self.flavor, **{**self.model_overrides, "attn_backend": "sdpa"})
+
+
+def read_run_record(run_dir: Path) -> RunRecord:
+    """``run_dir/run.json``, checked: ApertusError naming the file and the bad key."""
+    path = run_dir / RUN_RECORD
+    if not path.is_file():
+        raise ApertusError(f"{path} does not exist: --run must be a pretraining stage's output")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApertusError(f"cannot read {path} ({type(e).__name__}: {e})") from None
+    if not isinstance(raw, dict):
+        raise ApertusError(f"{path} must hold a JSON object")
+    kinds = {
+        "name": str,
+        "final_checkpoint": str,
+        "flavor": str,
+        "model_overrides": dict,
+        "seq_len": int,
+    }
+    for key, kind in kinds.items():
+        value = raw.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ApertusError(f"{path}: {key!r} must be a {kind.__name__}, got {value!r}")
+    checkpoint = Path(raw["final_checkpoint"])
+    if not checkpoint.is_absolute():
+        checkpoint = run_dir / checkpoint
+    return RunRecord(
+        name=raw["name"],
+        final_checkpoint=checkpoint,
+        flavor=raw["flavor"],
+        model_overrides=dict(raw["model_overrides"]),
+        seq_len=raw["seq_len"],
+    )
+
+
+def main(argv=None):
+    from apertus.export.hf import building_directory, load_model_state, write_export
+    from apertus.export.verify import verification_batch, verify_export
+    from apertus.tokenize.tokenizer import check_special_tokens, load_tokenizer
+
+    parser = stage_parser("export", __doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True, help="a pretraining stage's output")
+    parser.add_argument("--tokenizer", type=Path, required=True)
+    parser.add_argument("--heldout", type=Path, required=True)
+    parser.add_argument("--output", type=Path, required=True)
+    args = parser.parse_args(argv)
+    cfg = ExportConfig.from_dict(args.config)
+    record = read_run_record(args.run)
+    try:
+        model_config = record.model_config()
+    except ApertusError as e:
+        raise ApertusError(f"{args.run / RUN_RECORD}: {e}") from None
+    if not (record.final_checkpoint / ".metadata").is_file():
+        raise ApertusError(
+            f"checkpoint {record.final_checkpoint} named by {args.run / RUN_RECORD} is "
+            "missing or incomplete (no .metadata)"
+        )
+    # Cheap checks first, before a checkpoint of many GB is read: the tokenizer must load and
+    # fit the model's embedding (write_export checks it again on the copy).
+    if not args.tokenizer.is_dir():
+        raise ApertusError(f"tokenizer directory {args.tokenizer} does not exist")
+    facts = check_special_tokens(load_tokenizer(str(args.tokenizer)))
+    if facts["vocab_size"] > model_config.vocab_size:
+        raise ApertusError(
+            f"tokenizer {args.tokenizer} has {facts['vocab_size']} tokens, more than the "
+            f"model's vocab_size {model_config.vocab_size} (run {record.name}, flavor "
+            f"{record.flavor!r})"
+        )
+    seq_len = cfg.verify.seq_len or record.seq_len
+    if seq_len > model_config.max_seq_len:
+        raise ApertusError(
+            f"export.verify.seq_len {seq_len} exceeds the model's max_seq_len "
+            f"{model_config.max_seq_len} (run {record.name})"
+        )
+    with StepRun(
+        "export",
+        "hf",
+        args.config,
+        inputs=[args.run, record.final_checkpoint, args.tokenizer, args.heldout],
+        outputs=[args.output],
+        manifest=args.manifest,
+    ) as step:
+        state = load_model_state(record.final_checkpoint, model_config)
+        with building_directory(args.output) as folder:
+            summary = write_export(
+                state,
+                model_config,
+                folder,
+                args.tokenizer,
+                dtype=cfg.dtype,
+                max_shard_size=cfg.max_shard_size,
+            )
+            del state
+            # The batch is encoded with the exported tokenizer: what a user of the folder gets.
+            batch = verification_batch(
+                load_tokenizer(str(folder)), args.heldout, cfg.verify.rows, seq_len
+            )
+            card = verify_export(
+                record.final_checkpoint,
+                model_config,
+                folder,
+                batch,
+                tolerance=cfg.verify.tolerance,
+            )
+        step.summary.update(
+            {
+                "run": record.name,
+                "checkpoint": str(record.final_checkpoint),
+                "dtype": summary["dtype"],
+                "parameters": summary["parameters"],
+                "max_abs_diff": card["max_abs_diff"],
+                "mean_abs_diff": card["mean_abs_diff"],
+                "tolerance": card["tolerance"],
+                "batch": [card["batch"]["rows"], card["batch"]["seq_len"]],
+                "tokens_sha256": card["batch"]["tokens_sha256"],
+                "max_position_embeddings": summary["max_position_embeddings"],
+                "rope_theta": summary["rope_parameters"]["rope_theta"],
+            }
+        )
+
+
+if __name__ == "__main__":
+    run_main(main)

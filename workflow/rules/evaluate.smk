@@ -1,0 +1,167 @@
+# Export and evaluation (RECIPE.md §8): every pretraining stage's final checkpoint -> a Hugging
+# Face folder with a verification card -> lm-eval on the project's task suite and the
+# memorization probes -> one table across checkpoints.
+# Code: apertus/export/, apertus/evaluate/. Config: `export:`, `evaluate:` (config/README.md).
+# Tests: tests/export/, tests/evaluate/.
+
+EVALUATE = config["evaluate"]
+# Every trained checkpoint, in training order.
+EVALUATE_CHECKPOINTS = PRETRAIN_STAGES
+# The memorization probes are measured when the data stage planted them.
+EVALUATE_MEMORIZATION = config["data"]["probes"]["enabled"]
+
+
+rule export_checkpoint:
+    input:
+        run=stage_path("pretrain", "{stage}"),
+        tokenizer=TOKENIZE_TOKENIZER,
+        heldout=rules.tokenize_heldout.output.out,
+    output:
+        out=directory(stage_path("export", "{stage}")),
+        manifest=stage_path("export", "{stage}.manifest.json"),
+    log:
+        log_path("export", "{stage}"),
+    benchmark:
+        benchmark_path("export", "{stage}")
+    wildcard_constraints:
+        stage="|".join(EVALUATE_CHECKPOINTS),
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("evaluate")
+    resources:
+        **stage_job_resources("evaluate"),
+    params:
+        config=stage_config("export"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.export.stage --config {params.config:q}"
+        " --manifest {output.manifest}"
+        " --run {input.run} --tokenizer {input.tokenizer} --heldout {input.heldout}"
+        " --output {output.out} > {log} 2>&1"
+
+
+rule evaluate_tasks:
+    input:
+        heldout=rules.tokenize_heldout.output.out,
+    output:
+        out=directory(stage_path("evaluate", "tasks")),
+        manifest=stage_path("evaluate", "tasks.manifest.json"),
+    log:
+        log_path("evaluate", "tasks"),
+    benchmark:
+        benchmark_path("evaluate", "tasks")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("evaluate"),
+    params:
+        config=stage_config("evaluate", "tasks"),
+    shell:
+        "python -m apertus.evaluate.stage tasks --config {params.config:q}"
+        " --manifest {output.manifest} --heldout {input.heldout} --output {output.out}"
+        " > {log} 2>&1"
+
+
+rule evaluate_checkpoint:
+    input:
+        model=rules.export_checkpoint.output.out,
+        tasks=rules.evaluate_tasks.output.out,
+    output:
+        out=directory(stage_path("evaluate", "lm_eval", "{stage}")),
+        manifest=stage_path("evaluate", "lm_eval", "{stage}.manifest.json"),
+    log:
+        log_path("evaluate", "lm_eval-{stage}"),
+    benchmark:
+        benchmark_path("evaluate", "lm_eval-{stage}")
+    wildcard_constraints:
+        stage="|".join(EVALUATE_CHECKPOINTS),
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("evaluate")
+    resources:
+        **stage_job_resources("evaluate"),
+    params:
+        config=stage_config("evaluate", "suite"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.evaluate.stage run --config {params.config:q}"
+        " --manifest {output.manifest} --model {input.model} --tasks {input.tasks}"
+        " --output {output.out} > {log} 2>&1"
+
+
+rule evaluate_memorization:
+    input:
+        model=rules.export_checkpoint.output.out,
+        probes=rules.data_probes.output.out,
+        # The stages trained up to this checkpoint: exposures are counted in what they read.
+        runs=lambda wildcards: [
+            stage_path("pretrain", stage)
+            for stage in EVALUATE_CHECKPOINTS[
+                : EVALUATE_CHECKPOINTS.index(wildcards.stage) + 1
+            ]
+        ],
+        tokenizer=TOKENIZE_TOKENIZER,
+    output:
+        out=directory(stage_path("evaluate", "memorization", "{stage}")),
+        manifest=stage_path("evaluate", "memorization", "{stage}.manifest.json"),
+    log:
+        log_path("evaluate", "memorization-{stage}"),
+    benchmark:
+        benchmark_path("evaluate", "memorization-{stage}")
+    wildcard_constraints:
+        stage="|".join(EVALUATE_CHECKPOINTS),
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("evaluate")
+    resources:
+        **stage_job_resources("evaluate"),
+    params:
+        config=stage_config("evaluate", "memorization"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.evaluate.memorization"
+        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
+        " --probes {input.probes}/probes.jsonl --runs {input.runs}"
+        " --tokenizer {input.tokenizer} --output {output.out} > {log} 2>&1"
+
+
+rule evaluate_table:
+    input:
+        results=expand(rules.evaluate_checkpoint.output.out, stage=EVALUATE_CHECKPOINTS),
+        memorization=(
+            expand(rules.evaluate_memorization.output.out, stage=EVALUATE_CHECKPOINTS)
+            if EVALUATE_MEMORIZATION
+            else []
+        ),
+    output:
+        out=directory(stage_path("evaluate", "table")),
+        manifest=stage_path("evaluate", "table.manifest.json"),
+    log:
+        log_path("evaluate", "table"),
+    benchmark:
+        benchmark_path("evaluate", "table")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("evaluate"),
+    params:
+        config=stage_config("evaluate", "table"),
+        results=lambda wildcards, input: " ".join(
+            f"--results {name}={path}"
+            for name, path in zip(EVALUATE_CHECKPOINTS, input.results)
+        ),
+        memorization=lambda wildcards, input: " ".join(
+            f"--memorization {name}={path}"
+            for name, path in zip(EVALUATE_CHECKPOINTS, input.memorization)
+        ),
+    shell:
+        "python -m apertus.evaluate.stage table --config {params.config:q}"
+        " --manifest {output.manifest} {params.results} {params.memorization}"
+        " --output {output.out} > {log} 2>&1"
+
+
+TARGETS.extend(
+    [
+        *expand(rules.export_checkpoint.output.manifest, stage=EVALUATE_CHECKPOINTS),
+        rules.evaluate_table.output.manifest,
+    ]
+)
