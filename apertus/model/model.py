@@ -408,9 +408,11 @@ class Attention(Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttentionMask
     ) -> torch.Tensor:
         batch, seq_len, _ = x.shape
-        q = self.wq(x).view(batch, seq_len, self.n_heads, self.head_dim)
-        k = self.wk(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(batch, seq_len, self.n_kv_heads, self.head_dim)
+        # Head counts come from the projections' outputs, not the config: under tensor
+        # parallelism wq/wk/wv are column-sharded and each rank holds whole heads only.
+        q = self.wq(x).view(batch, seq_len, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq_len, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq_len, -1, self.head_dim)
         # RECIPE §1: QK-norm over head_dim, applied before RoPE.
         q, k = apply_rotary_embedding(self.q_norm(q), self.k_norm(k), cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D]
@@ -429,7 +431,7 @@ class Attention(Module):
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=gqa
             )
-        out = out.transpose(1, 2).reshape(batch, seq_len, self.n_heads * self.head_dim)
+        out = out.transpose(1, 2).reshape(batch, seq_len, -1)
         return self.wo(out)
 
 

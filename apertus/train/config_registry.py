@@ -24,21 +24,26 @@ The run spec (`RunSpec`; relative paths are taken from the working directory)::
       "metrics_folder": "out",                # torchtitan's dump folder; metrics.jsonl, tb/
       "tensorboard": false,
       "seed": 0, "dtype": "float32", "compile": false, "device": "auto",
-      "activation_checkpoint": "none"
+      "activation_checkpoint": "none",
+      "tensor_parallel": 1                    # TP degree; world_size / it ranks do FSDP
     }
 
 Only `flavor`, `phase_dir`, `seq_len`, `micro_batch`, `global_batch`, `steps`, `lr.peak`,
 `checkpoint.folder` and `metrics_folder` are required; everything else has the recipe's value
 (AdEMAMix betas 0.9/0.999/0.9999, alpha 8, T = 100k, eps 1e-8, wd 0.1; clip 0.1; Goldfish on,
-k = h = 50; no batch ramp). `batch_ramp` switches the global batch to its `global_batch` at the
-first step that starts with `at_tokens` tokens seen (seq_len tokens per sequence, counted from
-step 0 of the schedule, so a continued phase keeps the count; RECIPE.md §4); `steps` then
-counts steps of either size. `dtype` is the FSDP compute dtype of the parameters (weights,
-gradient reductions and optimizer state stay float32: BF16 with fp32 master weights). `device`
-"auto" takes CUDA when present. `checkpoint.initial` starts a new stage: the weights of that
-checkpoint (a ``step-N`` directory, or a checkpoint folder whose last step is taken) with a
-fresh optimizer, data position and schedule; it is ignored once the run's own folder holds a
-checkpoint, so a restarted stage resumes from its own last step.
+k = h = 50; no batch ramp; no tensor parallelism). `batch_ramp` switches the global batch to
+its `global_batch` at the first step that starts with `at_tokens` tokens seen (seq_len tokens per
+sequence, counted from step 0 of the schedule, so a continued phase keeps the count; RECIPE.md
+§4); `steps` then counts steps of either size. `dtype` is the FSDP compute dtype of the
+parameters (weights, gradient reductions and optimizer state stay float32: BF16 with fp32 master
+weights). `device` "auto" takes CUDA when present. `checkpoint.initial` starts a new stage: the
+weights of that checkpoint (a ``step-N`` directory, or a checkpoint folder whose last step is
+taken) with a fresh optimizer, data position and schedule; it is ignored once the run's own
+folder holds a checkpoint, so a restarted stage resumes from its own last step.
+`tensor_parallel` splits every block over that many ranks (`torchtitan_spec.apply_tensor_parallel`;
+heads, kv heads, MLP hidden units and vocabulary must divide by it); the world_size /
+tensor_parallel data-parallel ranks share out the global batch. Checkpoints hold whole tensors,
+so a run can resume with another layout.
 
 CPU (PLATFORM.md): the device type is set to "cpu", the missing
 `torch.distributed.set_timeout` is mapped, attention uses SDPA with a dense block-causal mask,
@@ -68,6 +73,7 @@ __all__ = [
     "LRSpec",
     "Preflight",
     "RunSpec",
+    "check_tensor_parallel_shape",
     "checkpoint_steps",
     "from_spec",
     "load_run_spec",
@@ -163,6 +169,10 @@ class RunSpec:
     device: str = "auto"
     activation_checkpoint: str = "none"
     batch_ramp: BatchRampSpec | None = None
+    tensor_parallel: int = 1
+    """Tensor-parallel degree: each block's heads, MLP hidden units and the vocabulary are
+    split over this many ranks; the ranks divide into world_size / tensor_parallel
+    data-parallel (FSDP) groups, which share out the batch."""
 
     def ramp(self) -> BatchRamp:
         """The global batch of every step (constant without `batch_ramp`)."""
@@ -356,6 +366,11 @@ def _validate(spec: RunSpec, where: str) -> RunSpec:
         where,
         "activation_checkpoint must be 'none', 'full' or 'selective'",
     )
+    _check(
+        _is_int(spec.tensor_parallel) and spec.tensor_parallel >= 1,
+        where,
+        f"tensor_parallel must be an integer >= 1, got {spec.tensor_parallel!r}",
+    )
     return spec
 
 
@@ -430,22 +445,38 @@ class Preflight:
 
 
 def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
-    """The checks that need no torch: the phase exists and holds the run's windows, the global
-    batch splits over `world_size` ranks, and `checkpoint.initial` names a checkpoint (only
-    looked at while the run's own folder holds none). The launcher runs them before torchrun.
+    """The checks before any rank starts: the phase exists and holds the run's windows, the
+    ranks split into `tensor_parallel` groups whose heads, MLP and vocabulary divide by it, the
+    global batch splits over the world_size / tensor_parallel data-parallel ranks, and
+    `checkpoint.initial` names a checkpoint (only looked at while the run's own folder holds
+    none). The launcher runs them before torchrun. Only the tensor-parallel shape check
+    imports torch (the model registry), and only when `tensor_parallel` > 1.
 
     A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
     its own data from the start, so it needs windows for the steps after that one only.
     """
     phase_dir = Path(spec.phase_dir).absolute()
     record = read_phase_record(phase_dir)
-    per_step = spec.micro_batch * world_size
+    tp = spec.tensor_parallel
+    if world_size % tp:
+        raise ApertusError(
+            f"tensor_parallel {tp} does not divide the {world_size} rank(s) of the run"
+        )
+    if tp > 1:
+        check_tensor_parallel_shape(spec, tp)
+    data_parallel = world_size // tp
+    per_step = spec.micro_batch * data_parallel
     ramp = spec.ramp()
     for batch in sorted({ramp.start_batch, ramp.batch}):
         if batch % per_step:
+            ranks = f"{data_parallel} rank(s)"
+            if tp > 1:
+                ranks = (
+                    f"{data_parallel} data-parallel rank(s) ({world_size} ranks / "
+                    f"tensor_parallel {tp})"
+                )
             raise ApertusError(
-                f"global batch {batch} is not divisible by micro_batch "
-                f"{spec.micro_batch} x {world_size} rank(s)"
+                f"global batch {batch} is not divisible by micro_batch {spec.micro_batch} x {ranks}"
             )
     initial = None
     if spec.checkpoint.initial is not None and not checkpoint_steps(
@@ -468,6 +499,19 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
             f"{needed} sequences for steps {first_step + 1}-{spec.steps}"
         )
     return Preflight(phase_dir, record, initial)
+
+
+def check_tensor_parallel_shape(spec: RunSpec, tp: int) -> None:
+    """The flavor (with its overrides) splits into `tp` tensor-parallel ranks, or an
+    ApertusError naming the spec keys and the numbers that do not divide."""
+    from apertus.model.config_registry import flavor
+    from apertus.train.torchtitan_spec import tensor_parallel_problems
+
+    problems = tensor_parallel_problems(flavor(spec.flavor, **spec.model_overrides), tp)
+    if problems:
+        raise ApertusError(
+            f"tensor_parallel {tp} does not fit flavor {spec.flavor!r}: " + "; ".join(problems)
+        )
 
 
 def _resolve_device(requested: str) -> str:
@@ -577,8 +621,13 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
             # Blocker 6 on CPU; on GPU the block masks are built inside the step.
             disable_cuda_graphs=True,
         ),
-        # Blocker 5: the partial-DTensor backend for an FSDP-only model.
-        parallelism=ParallelismConfig(spmd_backend="partial_dtensor"),
+        # Blocker 5: the partial-DTensor backend (DTensor for the tensor-parallel axis only;
+        # torchtitan_spec.apply_tensor_parallel); whole sequences on every TP rank.
+        parallelism=ParallelismConfig(
+            spmd_backend="partial_dtensor",
+            tensor_parallel_degree=spec.tensor_parallel,
+            enable_sequence_parallel=False,
+        ),
         checkpoint=spec_parts.FiniteCheckpointManager.Config(
             enable=True,
             folder=str(checkpoint_folder),

@@ -108,6 +108,7 @@ def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict |
         "dtype": cfg["dtype"],
         "compile": cfg["compile"],
         "device": cfg["device"],
+        "tensor_parallel": cfg.get("tensor_parallel", 1),
         "tensorboard": True,
     }
     if name in cfg["phases"]:

@@ -10,8 +10,9 @@ are the two CPU blockers in `use_cpu_device` and `patch_missing_set_timeout`.
 Pieces:
 - `apertus_model_spec`: the `ModelSpec` (no pipelining, no HF state-dict adapter: export is its
   own stage).
-- `parallelize_apertus`: activation checkpointing, per-block compile, FSDP2 (data parallelism
-  only; TP / CP / PP / EP raise).
+- `parallelize_apertus`: tensor parallelism (`apply_tensor_parallel`), activation
+  checkpointing, per-block compile, FSDP2 over the data-parallel ranks (CP / PP / EP raise;
+  CP is GPU-only in any case, PLATFORM.md blocker 7).
 - `AdEMAMixOptimizers` + `ademamix_optimizer`: torchtitan's optimizer container with AdEMAMix
   registered, two parameter groups (no weight decay for norms and the xIELU scalars), checked
   against `apertus.train.ademamix.param_groups`.
@@ -44,8 +45,17 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleInput,
+    RowwiseParallel,
+    parallelize_module,
+)
+from torch.distributed.tensor.placement_types import Placement
 from torch.optim.lr_scheduler import LRScheduler
 from torchtitan.components.checkpoint import MODEL, CheckpointManager
 from torchtitan.components.checkpointer.utils import canonical_fqn
@@ -80,11 +90,13 @@ __all__ = [
     "RecipeLRSchedulers",
     "ademamix_optimizer",
     "apertus_model_spec",
+    "apply_tensor_parallel",
     "assert_finite_parameters",
     "init_weights_world_size_invariant",
     "parallelize_apertus",
     "patch_missing_set_timeout",
     "read_metrics",
+    "tensor_parallel_problems",
     "use_cpu_device",
 ]
 
@@ -199,6 +211,128 @@ def running_on_cpu() -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
+def tensor_parallel_problems(config: ApertusModel.Config, degree: int) -> list[str]:
+    """What keeps a model of this shape from `degree`-way tensor parallelism (empty: nothing).
+
+    Every rank must hold whole attention heads (the per-head QK-norm, RoPE and the GQA grouping
+    work on local heads), whole query groups (``n_heads`` and ``n_kv_heads`` both divide:
+    rank r's query heads then use exactly rank r's kv heads), and equal slices of the MLP's
+    hidden units and of the vocabulary (vocab-parallel loss).
+    """
+    if degree < 1:
+        return [f"tensor parallel degree must be >= 1, got {degree}"]
+    return [
+        f"{name}={getattr(config, name)} is not divisible by the tensor parallel degree {degree}"
+        for name in ("n_heads", "n_kv_heads", "ffn_hidden", "vocab_size")
+        if getattr(config, name) % degree
+    ]
+
+
+class _ReplicatedOverTP(ParallelStyle):
+    """A module whose parameters stay whole on every tensor-parallel rank, as Replicate
+    DTensors on the TP mesh, and whose first input arrives as a local tensor laid out as
+    `input_layout` over the TP ranks (None: leave the inputs alone). The output is handed on
+    as a local tensor.
+
+    Why DTensors and not plain tensors: a module that sees only this rank's slice of the
+    activations (q_norm/k_norm on the local heads, xIELU on the local hidden units) gets only
+    a partial weight gradient; as a Replicate DTensor its gradient comes out Partial and FSDP
+    all-reduces it over the TP ranks before the optimizer (`FSDPParam._get_grad_inner_tensor`).
+    Modules on whole activations (the RMSNorms, the embedding) compute identical gradients on
+    every TP rank; they are DTensors too, as torchtitan's llama3 makes its norms, so that after
+    FSDP every parameter lives on the same (fsdp, tp) mesh and the gradient-norm clipping
+    counts each replicated weight once. Buffers are left alone: xIELU's `beta` and `eps` hold
+    one element, which DTensor treats as replicated, and they get no gradient.
+    """
+
+    def __init__(self, input_layout: Placement | None) -> None:
+        super().__init__()
+        self.input_layout = input_layout
+
+    @staticmethod
+    def _replicate_parameters(name: str, module: nn.Module, mesh: DeviceMesh) -> None:
+        del name
+        for key, param in list(module.named_parameters(recurse=False)):
+            # from_local: no communication (the model is still on the meta device) and every
+            # rank's weights are overwritten by the same full state afterwards.
+            replicated = DTensor.from_local(param, mesh, [Replicate()], run_check=False)
+            module.register_parameter(key, nn.Parameter(replicated, param.requires_grad))
+
+    def _prepare_input(self, module: nn.Module, inputs: tuple, mesh: DeviceMesh) -> tuple:
+        del module
+        if self.input_layout is None or not inputs or not isinstance(inputs[0], torch.Tensor):
+            return inputs
+        first = inputs[0]
+        if not isinstance(first, DTensor):
+            first = DTensor.from_local(first, mesh, [self.input_layout], run_check=False)
+        return (first, *inputs[1:])
+
+    @staticmethod
+    def _prepare_output(module: nn.Module, output: Any, mesh: DeviceMesh) -> Any:
+        del module, mesh
+        return output.to_local() if isinstance(output, DTensor) else output
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        return distribute_module(
+            module,
+            device_mesh,
+            self._replicate_parameters,
+            self._prepare_input,
+            self._prepare_output,
+        )
+
+
+def apply_tensor_parallel(model: ApertusModel, tp_mesh: DeviceMesh) -> None:
+    """Megatron-style tensor parallelism of the Apertus blocks over `tp_mesh` (no sequence
+    parallelism), with DTensor's parallel styles, as torchtitan's llama3 plan:
+
+    - attention: wq, wk, wv column-parallel (each rank computes its own heads), wo
+      row-parallel (all-reduce of the partial outputs); the block's input enters as one
+      Replicate DTensor, so the backward all-reduces the three projections' input gradients
+      once; q_norm / k_norm run on the local heads with replicated weights;
+    - MLP: w_up column-parallel, xIELU on the local hidden units (its scalars are replicated:
+      the activation is elementwise, so every hidden unit sees the same alpha_p, alpha_n,
+      beta and eps as in the unsharded model), w_down row-parallel;
+    - lm_head column-parallel over the vocabulary, its logits left as a Shard(-1) DTensor:
+      torchtitan's cross-entropy then runs vocab-parallel (`_LossParallelCrossEntropy`,
+      three TP all-reduces, no all-gather of the logits);
+    - embedding, RMSNorms and the final norm replicated (`_ReplicatedOverTP`). The embedding
+      is not vocab-sharded: torchtitan's `Embedding` reads a DTensor weight's local shard and
+      shards the vocabulary only when set up through its own sharding configs.
+    """
+    problems = tensor_parallel_problems(model.config, tp_mesh.size())
+    if problems:
+        raise ApertusError("tensor parallelism: " + "; ".join(problems))
+    plan: dict[str, ParallelStyle] = {
+        "tok_embeddings": _ReplicatedOverTP(None),
+        "norm": _ReplicatedOverTP(Replicate()),
+        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
+    }
+    for name in model.layers:
+        block = f"layers.{name}"
+        plan |= {
+            f"{block}.attention_norm": _ReplicatedOverTP(Replicate()),
+            f"{block}.attention": PrepareModuleInput(
+                input_layouts=(Replicate(), None, None, None),
+                desired_input_layouts=(Replicate(), None, None, None),
+                use_local_output=False,
+            ),
+            f"{block}.attention.wq": ColwiseParallel(),
+            f"{block}.attention.wk": ColwiseParallel(),
+            f"{block}.attention.wv": ColwiseParallel(),
+            # [batch, seq, local heads, head_dim]: the heads (dim 2) are split over the ranks.
+            f"{block}.attention.q_norm": _ReplicatedOverTP(Shard(2)),
+            f"{block}.attention.k_norm": _ReplicatedOverTP(Shard(2)),
+            f"{block}.attention.wo": RowwiseParallel(),
+            f"{block}.ffn_norm": _ReplicatedOverTP(Replicate()),
+            f"{block}.feed_forward.w_up": ColwiseParallel(),
+            # [batch, seq, local hidden units]
+            f"{block}.feed_forward.act": _ReplicatedOverTP(Shard(-1)),
+            f"{block}.feed_forward.w_down": RowwiseParallel(),
+        }
+    parallelize_module(model, tp_mesh, plan)
+
+
 def parallelize_apertus(
     model: ApertusModel,
     *,
@@ -209,28 +343,50 @@ def parallelize_apertus(
     ac_config: ActivationCheckpointingConfig,
     dump_folder: str,
 ) -> nn.Module:
-    """Activation checkpointing, per-block torch.compile, then FSDP2 over the data-parallel
+    """Tensor parallelism (`apply_tensor_parallel`, when ``tensor_parallel_degree`` > 1),
+    activation checkpointing, per-block torch.compile, then FSDP2 over the data-parallel
     ranks (HSDP when `data_parallel_replicate_degree` > 1), as torchtitan's llama3 does.
 
     FSDP units: the embedding, each block, the final norm with lm_head, and the root. Gradients
     are summed, not averaged, across ranks (the trainer already divides the loss by the global
     number of kept tokens) and the reduction is forced to a plain SUM, because gloo has no
-    PREMUL_SUM (PLATFORM.md blocker 4). Only data parallelism is implemented for Apertus.
+    PREMUL_SUM (PLATFORM.md blocker 4). Context, pipeline and expert parallelism are not
+    implemented for Apertus; context parallelism cannot run on the CPU at all (blocker 7).
     """
+    if parallel_dims.cp_enabled:
+        if running_on_cpu():
+            raise ApertusError(
+                "context parallelism runs on GPU only: on CPU torch has no sharding strategy "
+                "for the flash-attention op it needs (PLATFORM.md, torchtitan 0.3.0, CPU "
+                "blocker 7); set parallelism.context_parallel_degree to 1"
+            )
+        raise ApertusError(
+            "context parallelism is not implemented for Apertus; use FSDP and tensor parallelism"
+        )
     for name, enabled in (
-        ("tensor", parallel_dims.tp_enabled),
-        ("context", parallel_dims.cp_enabled),
         ("pipeline", parallel_dims.pp_enabled),
         ("expert", parallel_dims.ep_enabled),
     ):
         if enabled:
-            raise ApertusError(f"{name} parallelism is not implemented for Apertus; use FSDP")
+            raise ApertusError(
+                f"{name} parallelism is not implemented for Apertus; use FSDP and tensor "
+                "parallelism"
+            )
     if parallelism.spmd_backend != "partial_dtensor":
         # PLATFORM.md blocker 5: spmd_types wants sharding configs for every new module.
         raise ApertusError(
-            f"parallelism.spmd_backend={parallelism.spmd_backend!r}: Apertus is FSDP-only and "
-            "runs with the 'partial_dtensor' backend"
+            f"parallelism.spmd_backend={parallelism.spmd_backend!r}: Apertus is parallelized "
+            "with DTensor's parallel styles and runs with the 'partial_dtensor' backend"
         )
+    if parallel_dims.tp_enabled:
+        if parallelism.enable_sequence_parallel:
+            raise ApertusError(
+                "parallelism.enable_sequence_parallel: sequence parallelism is not implemented "
+                "for Apertus; tensor parallelism keeps whole sequences (set it to false)"
+            )
+        tp_mesh = parallel_dims.get_mesh("tp")
+        apply_tensor_parallel(model, tp_mesh)
+        logger.info(f"Applied tensor parallelism to Apertus over {tp_mesh.size()} rank(s)")
     if ac_config is not None:
         ac_config.build(dump_folder=dump_folder).apply(model)
     if compile_config.enable and "model" in compile_config.components:
@@ -655,13 +811,14 @@ class ApertusMetrics(MetricsProcessor):
             return None
         counts = loader.mask_counts.as_tensor()
         loader.mask_counts = LossMaskCounts()
-        if dist.is_initialized() and dist.get_world_size() > 1:
+        dims = getattr(self, "parallel_dims", None)
+        if dist.is_initialized() and dims is not None and dims.dp_enabled:
             from torchtitan.tools import utils
 
-            # Ranks that share data (none under FSDP) would count twice; the fractions are
-            # unaffected.
+            # Summed over the data-parallel ranks only: tensor-parallel ranks read the same
+            # batch and would count it once per rank.
             on_device = counts.to(torch.device(utils.device_type))
-            dist.all_reduce(on_device)
+            dist.all_reduce(on_device, group=dims.get_mesh("batch").get_group())
             counts = on_device.cpu()
         return LossMaskCounts.from_tensor(counts)
 
