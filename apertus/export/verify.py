@@ -163,7 +163,10 @@ def verification_batch(
 ) -> VerificationBatch:
     """The fixed batch: held-out documents (:func:`heldout_documents` order) encoded as
     ``<s> ... </s>`` with `tokenizer` (``encode_documents``) and packed (:func:`pack_documents`).
-    Only as many documents are encoded as the batch needs."""
+    Only as many documents are encoded as the batch needs. A document longer than a third of a
+    row keeps its first tokens and its ``</s>``, so every row holds document boundaries and the
+    comparison exercises the block-causal mask (held-out documents are often longer than a
+    row)."""
     from apertus.tokenize.tokenizer import encode_documents
 
     for name, value in (("rows", rows), ("seq_len", seq_len)):
@@ -175,6 +178,9 @@ def verification_batch(
     total = 0
     for name, text in heldout_documents(heldout_dir):
         (ids,) = encode_documents(tokenizer, [text])
+        cap = max(4, seq_len // 3)
+        if len(ids) > cap:
+            ids = [*ids[: cap - 1], ids[-1]]
         encoded.append(ids)
         names.append(name)
         total += len(ids)
