@@ -3,12 +3,17 @@
 below the unigram entropy of the training data, and re-runs stop at the right stage."""
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 
 from apertus.train.config_registry import checkpoint_steps
 from apertus.train.torchtitan_spec import read_metrics
-from tests.conftest import planned_jobs
+from tests.conftest import BIN, REPO, planned_jobs, run_tool
 
 pytestmark = pytest.mark.slow
 
@@ -63,3 +68,47 @@ def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_pa
         "evaluate_memorization": 3,
         "evaluate_table": 1,
     }
+
+
+def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_run, tmp_path):
+    """Ctrl-C in the middle of phase 1, then the same snakemake command again: training starts
+    from the last checkpoint, not from step 0, and ends with the uninterrupted run's loss
+    (CPU training is deterministic). The data and tokenization outputs are copied from the
+    default run so that only pretraining runs."""
+    run_dir = tmp_path / "results" / "e2e"
+    for stage in ("data", "tokenize"):
+        shutil.copytree(default_run / stage, run_dir / stage, symlinks=True)
+    target = run_dir / "pretrain" / "phase1.manifest.json"
+    command = [
+        str(BIN / "snakemake"),
+        str(target),  # before --config, which takes every argument after it
+        "--cores",
+        "2",
+        "--config",
+        f"results_dir={run_dir.parent}",
+        "run=e2e",
+    ]
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 600
+    while not list(run_dir.glob("pretrain/_work/phase1-*/ckpt/step-50/.metadata")):
+        assert proc.poll() is None, "snakemake ended before the second checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint at step 50 within 10 minutes"
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
+    assert proc.wait(timeout=120) != 0
+    assert not target.exists()  # the interrupted job left no manifest
+    (work,) = run_dir.glob("pretrain/_work/phase1-*")
+    assert 50 in checkpoint_steps(work / "ckpt")
+
+    run_tool("snakemake", *command[1:], check=True, timeout=900)
+    manifest = json.loads(target.read_text())
+    assert manifest["summary"]["resumed_from_step"] >= 50
+    resumed = record(run_dir, "phase1")
+    assert resumed["final_step"] == record(default_run, "phase1")["final_step"]
+    assert resumed["final_loss"] == record(default_run, "phase1")["final_loss"]
