@@ -8,6 +8,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/posttrain.smk"
 include: "workflow/rules/evaluate.smk"
 
 

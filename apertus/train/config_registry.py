@@ -1,4 +1,5 @@
-"""Run settings -> torchtitan `Trainer.Config` for pretraining Apertus (RECIPE.md §1-§4, §6).
+"""Run settings -> torchtitan `Trainer.Config` for training Apertus: pretraining, long-context
+stages and supervised fine-tuning (RECIPE.md §1-§4, §6, §7).
 
 torchtitan 0.3.0 runs ``torchrun ... -m torchtitan.train --module apertus.train.config_registry
 --config from_spec``: it imports this module and calls `from_spec()`, which reads the run spec
@@ -28,8 +29,9 @@ The run spec (`RunSpec`; relative paths are taken from the working directory)::
       "tensor_parallel": 1                    # TP degree; world_size / it ranks do FSDP
     }
 
-Only `flavor`, `phase_dir`, `seq_len`, `micro_batch`, `global_batch`, `steps`, `lr.peak`,
-`checkpoint.folder` and `metrics_folder` are required; everything else has the recipe's value
+Only `flavor`, `phase_dir` (or `sft_data`), `seq_len`, `micro_batch`, `global_batch`, `steps`,
+`lr.peak`, `checkpoint.folder` and `metrics_folder` are required; everything else has the
+recipe's pretraining value
 (AdEMAMix betas 0.9/0.999/0.9999, alpha 8, T = 100k, eps 1e-8, wd 0.1; clip 0.1; Goldfish on,
 k = h = 50; no batch ramp; no tensor parallelism). `batch_ramp` switches the global batch to
 its `global_batch` at the first step that starts with `at_tokens` tokens seen (seq_len tokens per
@@ -44,6 +46,17 @@ folder holds a checkpoint, so a restarted stage resumes from its own last step.
 heads, kv heads, MLP hidden units and vocabulary must divide by it); the world_size /
 tensor_parallel data-parallel ranks share out the global batch. Checkpoints hold whole tensors,
 so a run can resume with another layout.
+
+Supervised fine-tuning (RECIPE.md §7): `sft_data` instead of `phase_dir` names a directory
+written by `apertus.posttrain.sft_data`; the run then reads one conversation per row with
+completion-only labels (`apertus.train.sft_loader.SFTDataLoader`), shuffled per epoch with
+`seed`, over `sft_epochs` passes (default 1; `steps * global_batch` must not exceed the rows
+times the epochs); `seq_len` must be the data's `max_len`, Goldfish must be off
+(``"goldfish": {"enabled": false}``). The recipe's SFT settings are spec values: ``"lr":
+{"kind": "linear", "peak": ..., "warmup_steps": ceil(0.03 * steps)}`` (linear warmup, linear
+decay to 0; `schedule.linear_lr`), ``"ademamix": {"betas": [0.9, 0.999, 0.999], "alpha": 8,
+"t_alpha": steps, "t_beta3": steps, "weight_decay": 0}``, ``"grad_clip": 1.0``, and
+``"checkpoint": {"initial": <the last stage's checkpoint>, "initial_mode": "weights"}``.
 
 CPU (PLATFORM.md): the device type is set to "cpu", the missing
 `torch.distributed.set_timeout` is mapped, attention uses SDPA with a dense block-causal mask,
@@ -61,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
+from apertus.posttrain.sft_data import read_sft_record
 from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.schedule import BatchRamp
 
@@ -79,6 +93,7 @@ __all__ = [
     "load_run_spec",
     "preflight",
     "read_phase_record",
+    "read_sft_record",
     "resolve_initial_checkpoint",
     "trainer_config",
 ]
@@ -88,7 +103,8 @@ SPEC_ENV = "APERTUS_TRAIN_SPEC"
 
 @dataclass(frozen=True)
 class LRSpec:
-    """The LR schedule (RECIPE.md §4, §6): "wsd" or "constant" after a linear warmup."""
+    """The LR schedule (RECIPE.md §4, §6, §7): "wsd" or "constant" after a linear warmup, or
+    "linear" (warmup, then linear decay to 0; SFT)."""
 
     peak: float
     kind: str = "wsd"
@@ -147,10 +163,10 @@ class BatchRampSpec:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run (a pretraining phase or a long-context stage); see the module doc."""
+    """One training run (a pretraining phase, a long-context stage or SFT); see the module
+    doc. Exactly one of `phase_dir` and `sft_data` names the data."""
 
     flavor: str
-    phase_dir: str
     seq_len: int
     micro_batch: int
     global_batch: int
@@ -158,6 +174,12 @@ class RunSpec:
     lr: LRSpec
     checkpoint: CheckpointSpec
     metrics_folder: str
+    phase_dir: str | None = None
+    """A data phase (apertus.tokenize.phases): pretraining and long-context stages."""
+    sft_data: str | None = None
+    """An SFT data directory (apertus.posttrain.sft_data): supervised fine-tuning."""
+    sft_epochs: int = 1
+    """Passes over the SFT rows (RECIPE.md §7: 1)."""
     model_overrides: dict[str, Any] = field(default_factory=dict)
     ademamix: AdEMAMixSpec = field(default_factory=AdEMAMixSpec)
     grad_clip: float = 0.1
@@ -236,12 +258,37 @@ def _check(condition: bool, where: str, message: str) -> None:
 
 
 def _validate(spec: RunSpec, where: str) -> RunSpec:
-    for name in ("flavor", "phase_dir", "metrics_folder"):
+    for name in ("flavor", "metrics_folder"):
         _check(
             isinstance(getattr(spec, name), str) and bool(getattr(spec, name)),
             where,
             f"{name} must be a non-empty string",
         )
+    _check(
+        (spec.phase_dir is None) != (spec.sft_data is None),
+        where,
+        "give exactly one of phase_dir (pretraining data) and sft_data (SFT data)",
+    )
+    for name in ("phase_dir", "sft_data"):
+        value = getattr(spec, name)
+        _check(
+            value is None or (isinstance(value, str) and bool(value)),
+            where,
+            f"{name} must be a non-empty string or null",
+        )
+    _check(
+        _is_int(spec.sft_epochs) and spec.sft_epochs >= 1,
+        where,
+        f"sft_epochs must be a positive integer, got {spec.sft_epochs!r}",
+    )
+    if spec.sft_data is not None:
+        _check(
+            not (isinstance(spec.goldfish.enabled, bool) and spec.goldfish.enabled),
+            where,
+            "goldfish is not applied to SFT data (RECIPE.md §2, §7); set goldfish.enabled false",
+        )
+    else:
+        _check(spec.sft_epochs == 1, where, "sft_epochs applies to sft_data only")
     for name in ("seq_len", "micro_batch", "global_batch", "steps"):
         value = getattr(spec, name)
         _check(
@@ -268,9 +315,9 @@ def _validate(spec: RunSpec, where: str) -> RunSpec:
     _check(isinstance(spec.model_overrides, dict), where, "model_overrides must be an object")
     lr = spec.lr
     _check(
-        lr.kind in ("wsd", "constant"),
+        lr.kind in ("wsd", "constant", "linear"),
         where,
-        f"lr.kind must be 'wsd' or 'constant', got {lr.kind!r}",
+        f"lr.kind must be 'wsd' or 'constant' (pretraining) or 'linear' (SFT), got {lr.kind!r}",
     )
     _check(
         _is_number(lr.peak) and lr.peak >= 0,
@@ -295,6 +342,18 @@ def _validate(spec: RunSpec, where: str) -> RunSpec:
             where,
             f"lr.warmup_steps + lr.decay_steps ({lr.warmup_steps} + {lr.decay_steps}) exceed "
             f"the schedule's {horizon} steps",
+        )
+    if lr.kind == "linear":
+        _check(
+            lr.decay_steps == 0,
+            where,
+            "lr.decay_steps applies to 'wsd' only; 'linear' decays from the end of the "
+            "warmup to 0 at the end of the schedule",
+        )
+        _check(
+            _is_int(lr.warmup_steps) and lr.warmup_steps <= horizon,
+            where,
+            f"lr.warmup_steps ({lr.warmup_steps}) exceed the schedule's {horizon} steps",
         )
     opt = spec.ademamix
     _check(
@@ -437,15 +496,34 @@ def read_phase_record(phase_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Preflight:
-    """What `preflight` found: the phase's record and the initial checkpoint to load (if any)."""
+    """What `preflight` found: the data's record (a phase's phase.json, or an SFT directory's
+    sft.json) and the initial checkpoint to load (if any)."""
 
-    phase_dir: Path
-    phase: dict[str, Any]
+    phase_dir: Path | None
+    phase: dict[str, Any] | None
     initial_checkpoint: Path | None
+    sft_data: Path | None = None
+    sft: dict[str, Any] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        """The run's data directory (the phase or the SFT data)."""
+        directory = self.sft_data if self.sft_data is not None else self.phase_dir
+        assert directory is not None
+        return directory
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the data was written with."""
+        record = self.sft if self.sft is not None else self.phase
+        assert record is not None
+        return int(record["vocab_size"])
 
 
 def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
-    """The checks before any rank starts: the phase exists and holds the run's windows, the
+    """The checks before any rank starts: the phase exists and holds the run's windows (SFT:
+    the SFT data exists, was made for `seq_len`, and its rows times `sft_epochs` cover the
+    run's sequences), the
     ranks split into `tensor_parallel` groups whose heads, MLP and vocabulary divide by it, the
     global batch splits over the world_size / tensor_parallel data-parallel ranks, and
     `checkpoint.initial` names a checkpoint (only looked at while the run's own folder holds
@@ -455,8 +533,19 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
     its own data from the start, so it needs windows for the steps after that one only.
     """
-    phase_dir = Path(spec.phase_dir).absolute()
-    record = read_phase_record(phase_dir)
+    sft_dir = sft = phase_dir = record = None
+    if spec.sft_data is not None:
+        sft_dir = Path(spec.sft_data).absolute()
+        sft = read_sft_record(sft_dir)
+        if sft["max_len"] != spec.seq_len:
+            raise ApertusError(
+                f"{sft_dir}: rows were made for max_len {sft['max_len']}, the run's seq_len is "
+                f"{spec.seq_len}; they must be equal"
+            )
+    else:
+        assert spec.phase_dir is not None
+        phase_dir = Path(spec.phase_dir).absolute()
+        record = read_phase_record(phase_dir)
     tp = spec.tensor_parallel
     if world_size % tp:
         raise ApertusError(
@@ -491,8 +580,18 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
             raise ApertusError(
                 f"steps {spec.steps} must exceed the continued checkpoint's step {first_step}"
             )
-    windows = record["tokens_planned"] // (spec.seq_len + 1)
     needed = ramp.sequences(first_step, spec.steps)
+    if sft is not None:
+        samples = sft["examples"] * spec.sft_epochs
+        if samples < needed:
+            raise ApertusError(
+                f"{sft_dir}: {sft['examples']} rows x {spec.sft_epochs} epoch(s) = {samples} "
+                f"samples, the run needs {needed} sequences for steps {first_step + 1}-"
+                f"{spec.steps}; lower steps or global_batch, or raise sft_epochs"
+            )
+        return Preflight(None, None, initial, sft_dir, sft)
+    assert record is not None
+    windows = record["tokens_planned"] // (spec.seq_len + 1)
     if windows < needed:
         raise ApertusError(
             f"{phase_dir}: {windows} windows of {spec.seq_len + 1} tokens, the run needs "
@@ -527,7 +626,7 @@ def _resolve_device(requested: str) -> str:
 def trainer_config(spec: RunSpec, *, world_size: int = 1):
     """The torchtitan `Trainer.Config` for a run spec on `world_size` ranks.
 
-    Runs `preflight`, checks the phase's vocabulary and the sequence length against the model,
+    Runs `preflight`, checks the data's vocabulary and the sequence length against the model,
     then applies the CPU workarounds when the run is on the CPU (they must precede the
     trainer's construction).
     """
@@ -544,6 +643,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
     from apertus.model.config_registry import flavor
     from apertus.train import torchtitan_spec as spec_parts
     from apertus.train.dataloader import PhaseDataLoader, PhaseVocabulary
+    from apertus.train.sft_loader import SFTDataLoader, SFTVocabulary
 
     checked = preflight(spec, world_size=world_size)
     device = _resolve_device(spec.device)
@@ -551,9 +651,9 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
     # PLATFORM.md blocker 3: FlexAttention has no CPU backward; SDPA with a dense mask there.
     overrides.setdefault("attn_backend", "sdpa" if device == "cpu" else "flex")
     model_config = flavor(spec.flavor, **overrides)
-    if checked.phase["vocab_size"] > model_config.vocab_size:
+    if checked.vocab_size > model_config.vocab_size:
         raise ApertusError(
-            f"{checked.phase_dir}: tokenized with {checked.phase['vocab_size']} ids, more than "
+            f"{checked.data_dir}: tokenized with {checked.vocab_size} ids, more than "
             f"the model's vocab_size {model_config.vocab_size} (flavor {spec.flavor!r})"
         )
     if spec.seq_len > model_config.max_seq_len:
@@ -561,7 +661,20 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
             f"seq_len {spec.seq_len} exceeds the model's max_seq_len {model_config.max_seq_len} "
             f"(flavor {spec.flavor!r}); raise it in model_overrides"
         )
-    phase_dir = checked.phase_dir
+    data_dir = checked.data_dir
+    if checked.sft is not None:
+        tokenizer = SFTVocabulary.Config()
+        dataloader = SFTDataLoader.Config(
+            sft_dir=str(data_dir), seed=spec.seed, epochs=spec.sft_epochs
+        )
+    else:
+        tokenizer = PhaseVocabulary.Config()
+        dataloader = PhaseDataLoader.Config(
+            phase_dir=str(data_dir),
+            goldfish=spec.goldfish.enabled,
+            goldfish_k=spec.goldfish.k,
+            goldfish_h=spec.goldfish.h,
+        )
     checkpoint_folder = Path(spec.checkpoint.folder).absolute()
     initial = str(checked.initial_checkpoint) if checked.initial_checkpoint else None
 
@@ -581,18 +694,13 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1):
         ramp_batch=ramp.batch if spec.batch_ramp else 0,
         ramp_switch_step=ramp.switch_step,
         model_spec=spec_parts.apertus_model_spec(spec.flavor, model_config, seed=spec.seed),
-        # The data is pre-tokenized: the trainer's tokenizer is the phase's vocabulary
+        # The data is pre-tokenized: the trainer's tokenizer is the data's vocabulary
         # (torchtitan's HuggingFaceTokenizer cannot even load the Apertus tokenizer directory:
         # its Jinja has no {% generation %} tag, which the chat template uses).
-        hf_assets_path=str(phase_dir),
+        hf_assets_path=str(data_dir),
         dump_folder=str(Path(spec.metrics_folder).absolute()),
-        tokenizer=PhaseVocabulary.Config(),
-        dataloader=PhaseDataLoader.Config(
-            phase_dir=str(phase_dir),
-            goldfish=spec.goldfish.enabled,
-            goldfish_k=spec.goldfish.k,
-            goldfish_h=spec.goldfish.h,
-        ),
+        tokenizer=tokenizer,
+        dataloader=dataloader,
         optimizer=spec_parts.ademamix_optimizer(
             lr=spec.lr.peak,
             betas=opt.betas,

@@ -1,4 +1,4 @@
-"""Learning-rate schedules and the batch-size ramp (RECIPE.md §4, §6).
+"""Learning-rate schedules and the batch-size ramp (RECIPE.md §4, §6, §7).
 
 Steps are 0-based indices of optimizer updates: `lr(step)` is the learning rate of the update
 with that index, for `0 <= step < total_steps`.
@@ -14,7 +14,9 @@ __all__ = [
     "batch_size_at",
     "constant_lr_with_warmup",
     "gradient_accumulation_steps",
+    "linear_lr",
     "steps_for_tokens",
+    "warmup_steps_for_ratio",
     "wsd_lr",
 ]
 
@@ -74,6 +76,41 @@ def constant_lr_with_warmup(step: int, *, lr: float, warmup_steps: int) -> float
     if step < warmup_steps:
         return _warmup(step, peak=lr, warmup_steps=warmup_steps, warmup_start=0.0)
     return lr
+
+
+def linear_lr(step: int, *, peak: float, warmup_steps: int, total_steps: int) -> float:
+    """Linear warmup, then linear decay to 0: the SFT schedule (RECIPE.md §7, "linear decay,
+    warmup ratio 0.03").
+
+    - warmup, `step < warmup_steps`: ``peak * step / warmup_steps`` (0 at step 0);
+    - decay: ``peak * (total_steps - step) / (total_steps - warmup_steps)``, falling linearly
+      to 0 at `total_steps`, the end of the last update: the last update (``total_steps - 1``)
+      runs at ``peak / (total_steps - warmup_steps)``.
+
+    This is transformers' ``get_linear_schedule_with_warmup``, the ``lr_scheduler_type:
+    linear`` of the Hugging Face trainer that the recipe's SFT settings (warmup ratio, linear
+    decay) are written for; it is tested against it.
+    """
+    if not 0 <= warmup_steps <= total_steps or total_steps < 1:
+        raise ValueError(
+            f"need total_steps >= 1 and 0 <= warmup_steps <= total_steps; got "
+            f"warmup_steps={warmup_steps}, total_steps={total_steps}"
+        )
+    if not 0 <= step < total_steps:
+        raise ValueError(f"step {step} is outside the schedule [0, {total_steps})")
+    if peak < 0.0:
+        raise ValueError(f"need peak >= 0, got {peak}")
+    if step < warmup_steps:
+        return _warmup(step, peak=peak, warmup_steps=warmup_steps, warmup_start=0.0)
+    return peak * (total_steps - step) / (total_steps - warmup_steps)
+
+
+def warmup_steps_for_ratio(total_steps: int, ratio: float) -> int:
+    """Warmup steps for a warmup given as a share of the run (RECIPE.md §7: 0.03), rounded up
+    as the Hugging Face trainer does (``math.ceil(total_steps * ratio)``)."""
+    if total_steps < 0 or not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"need total_steps >= 0 and ratio in [0, 1]; got {total_steps}, {ratio}")
+    return math.ceil(total_steps * ratio)
 
 
 def batch_size_at(

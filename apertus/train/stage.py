@@ -165,11 +165,61 @@ def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict |
     raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")
 
 
-def main(argv=None):
+def train_and_record(
+    step: StepRun,
+    spec: dict[str, Any],
+    *,
+    name: str,
+    key_material: Any,
+    work_root: Path,
+    output: Path,
+    nproc: int,
+) -> dict[str, Any]:
+    """Run the torchtitan training `spec` in a work directory named after `name` and a hash of
+    the spec and `key_material` (what else the run depends on), resuming from its last
+    checkpoint when one is there; then write `output/` (run.json, spec.json, metrics.jsonl)
+    and return the run record. Shared by every training stage (pretraining phases, long
+    context, SFT), so each is resumable the same way and exported the same way."""
     from apertus.train.config_registry import checkpoint_steps
     from apertus.train.launch import run
     from apertus.train.torchtitan_spec import read_metrics
 
+    key = sha256_text(canonical_json([spec, key_material]))[:16]
+    work = work_root / f"{name}-{key}"
+    spec["checkpoint"]["folder"] = str(work / "ckpt")
+    spec["metrics_folder"] = str(work / "out")
+    work.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(work / "spec.json", spec)
+    done = checkpoint_steps(work / "ckpt")
+    if done:
+        step.summary["resumed_from_step"] = max(done)
+    code = run(work / "spec.json", nproc)
+    if code != 0:
+        raise ApertusError(
+            f"training of {name} failed (exit {code}); its checkpoints are kept in "
+            f"{work / 'ckpt'} and a re-run resumes from the last one"
+        )
+    final_step = max(checkpoint_steps(work / "ckpt"))
+    metrics = read_metrics(work / "out" / "metrics.jsonl")
+    last = metrics[max(metrics)]
+    record = {
+        "name": name,
+        "final_checkpoint": str((work / "ckpt" / f"step-{final_step}").absolute()),
+        "final_step": final_step,
+        "final_loss": last["loss"],
+        "tokens_seen": last.get("tokens_seen"),
+        "flavor": spec["flavor"],
+        "model_overrides": spec["model_overrides"],
+        "seq_len": spec["seq_len"],
+    }
+    step.outputs.append(Path(record["final_checkpoint"]))  # hashed into the manifest
+    output.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(output / "spec.json", spec)
+    shutil.copyfile(work / "out" / "metrics.jsonl", output / "metrics.jsonl")
+    return record
+
+
+def main(argv=None):
     parser = stage_parser("pretrain", __doc__.splitlines()[0])
     parser.add_argument("--name", required=True)
     parser.add_argument("--phases-root", type=Path, required=True)
@@ -181,10 +231,6 @@ def main(argv=None):
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
     spec = run_spec(cfg, args.name, args.phases_root, previous)
     phase_json = Path(spec["phase_dir"]) / "phase.json"
-    key = sha256_text(canonical_json([spec, phase_json.read_text(), previous]))[:16]
-    work = args.work_root / f"{args.name}-{key}"
-    spec["checkpoint"]["folder"] = str(work / "ckpt")
-    spec["metrics_folder"] = str(work / "out")
     inputs = [Path(spec["phase_dir"])] + ([args.previous] if args.previous else [])
     with StepRun(
         "pretrain",
@@ -195,35 +241,16 @@ def main(argv=None):
         manifest=args.manifest,
         seed=cfg["seed"],
     ) as step:
-        work.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(work / "spec.json", spec)
-        done = checkpoint_steps(work / "ckpt")
-        if done:
-            step.summary["resumed_from_step"] = max(done)
-        code = run(work / "spec.json", cfg["nproc"])
-        if code != 0:
-            raise ApertusError(
-                f"training of {args.name} failed (exit {code}); its checkpoints are kept in "
-                f"{work / 'ckpt'} and a re-run resumes from the last one"
-            )
-        final_step = max(checkpoint_steps(work / "ckpt"))
-        metrics = read_metrics(work / "out" / "metrics.jsonl")
-        last = metrics[max(metrics)]
-        record = {
-            "name": args.name,
-            "final_checkpoint": str((work / "ckpt" / f"step-{final_step}").absolute()),
-            "final_step": final_step,
-            "final_loss": last["loss"],
-            "tokens_seen": last.get("tokens_seen"),
-            "unigram_entropy": unigram_entropy(Path(spec["phase_dir"])),
-            "flavor": spec["flavor"],
-            "model_overrides": spec["model_overrides"],
-            "seq_len": spec["seq_len"],
-        }
-        step.outputs.append(Path(record["final_checkpoint"]))  # hashed into the manifest
-        args.output.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(args.output / "spec.json", spec)
-        shutil.copyfile(work / "out" / "metrics.jsonl", args.output / "metrics.jsonl")
+        record = train_and_record(
+            step,
+            spec,
+            name=args.name,
+            key_material=[phase_json.read_text(), previous],
+            work_root=args.work_root,
+            output=args.output,
+            nproc=cfg["nproc"],
+        )
+        record["unigram_entropy"] = unigram_entropy(Path(spec["phase_dir"]))
         atomic_write_json(args.output / "run.json", record)
         step.summary.update({k: v for k, v in record.items() if k != "model_overrides"})
 

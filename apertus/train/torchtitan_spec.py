@@ -16,8 +16,9 @@ Pieces:
 - `AdEMAMixOptimizers` + `ademamix_optimizer`: torchtitan's optimizer container with AdEMAMix
   registered, two parameter groups (no weight decay for norms and the xIELU scalars), checked
   against `apertus.train.ademamix.param_groups`.
-- `RecipeLRSchedulers`: Warmup-Stable-Decay with the 1-sqrt cooldown (`wsd_lr`) or constant
-  LR after a warmup (`constant_lr_with_warmup`), evaluated exactly per step.
+- `RecipeLRSchedulers`: Warmup-Stable-Decay with the 1-sqrt cooldown (`wsd_lr`), constant
+  LR after a warmup (`constant_lr_with_warmup`) or SFT's linear warmup and decay to 0
+  (`linear_lr`), evaluated exactly per step.
 - `ApertusMetrics`: torchtitan's metrics (console, TensorBoard) plus a JSON Lines file, the
   loss-mask fractions from the data loader, and a stop on a non-finite gradient norm.
 - `FiniteCheckpointManager`: torchtitan's DCP checkpointer that refuses to write NaN/inf
@@ -78,7 +79,7 @@ from apertus.core import ApertusError
 from apertus.model.model import ApertusModel
 from apertus.train.ademamix import AdEMAMix, param_groups
 from apertus.train.dataloader import LossMaskCounts, active_loader
-from apertus.train.schedule import BatchRamp, constant_lr_with_warmup, wsd_lr
+from apertus.train.schedule import BatchRamp, constant_lr_with_warmup, linear_lr, wsd_lr
 
 __all__ = [
     "NO_DECAY_PATTERN",
@@ -604,12 +605,14 @@ class _RecipeLR(LRScheduler):
 
 
 class RecipeLRSchedulers(LRSchedulersContainer):
-    """torchtitan's scheduler container running the recipe's schedules (RECIPE.md §4, §6):
+    """torchtitan's scheduler container running the recipe's schedules (RECIPE.md §4, §6, §7):
 
     - ``kind="wsd"``: `apertus.train.schedule.wsd_lr`, linear warmup from ``warmup_start`` x
       peak over `warmup_steps`, stable, then the 1-sqrt cooldown over the last `decay_steps`
       down to ``min_lr_factor`` x peak;
-    - ``kind="constant"``: `constant_lr_with_warmup` (long-context stages).
+    - ``kind="constant"``: `constant_lr_with_warmup` (long-context stages);
+    - ``kind="linear"``: `linear_lr`, linear warmup over `warmup_steps`, then linear decay to
+      0 at the end of the schedule (SFT, RECIPE.md §7).
 
     The peak is each optimizer group's configured LR; update ``i`` (0-based) runs at
     ``schedule(i)`` exactly. `total_steps` defaults to the run's steps. torchtitan's own
@@ -618,8 +621,9 @@ class RecipeLRSchedulers(LRSchedulersContainer):
 
     @dataclass(kw_only=True, slots=True)
     class Config(LRSchedulersContainer.Config):
-        kind: Literal["wsd", "constant"] = "wsd"
-        """"wsd" (Warmup-Stable-Decay, 1-sqrt cooldown) or "constant" after warmup."""
+        kind: Literal["wsd", "constant", "linear"] = "wsd"
+        """"wsd" (Warmup-Stable-Decay, 1-sqrt cooldown), "constant" after warmup, or "linear"
+        (warmup, then linear decay to 0; SFT)."""
 
         decay_steps: int = 0
         """Length of the cooldown at the end of the schedule (wsd only)."""
@@ -636,9 +640,9 @@ class RecipeLRSchedulers(LRSchedulersContainer):
                     "the recipe schedule sets its cooldown with kind/decay_steps (1-sqrt); "
                     "leave decay_ratio unset and decay_type='sqrt'"
                 )
-            if self.kind not in ("wsd", "constant"):
+            if self.kind not in ("wsd", "constant", "linear"):
                 raise ValueError(
-                    f"lr_scheduler.kind must be 'wsd' or 'constant', not {self.kind!r}"
+                    f"lr_scheduler.kind must be 'wsd', 'constant' or 'linear', not {self.kind!r}"
                 )
 
         # pyrefly: ignore [bad-override]
@@ -663,6 +667,9 @@ class RecipeLRSchedulers(LRSchedulersContainer):
                     min_lr_ratio=self.min_lr_factor,
                     warmup_start=self.warmup_start,
                 )
+            elif self.kind == "linear":
+                linear_lr(0, peak=1.0, warmup_steps=self.warmup_steps, total_steps=total)
+                schedule = partial(_linear_at, warmup_steps=self.warmup_steps, total_steps=total)
             else:
                 schedule = partial(_constant_at, warmup_steps=self.warmup_steps)
             return RecipeLRSchedulers(optimizers, schedule)
@@ -694,6 +701,13 @@ def _wsd_at(step: int, peak: float, *, total_steps: int, **options: Any) -> floa
 
 def _constant_at(step: int, peak: float, *, warmup_steps: int) -> float:
     return constant_lr_with_warmup(step, lr=peak, warmup_steps=warmup_steps)
+
+
+def _linear_at(step: int, peak: float, *, warmup_steps: int, total_steps: int) -> float:
+    # As _wsd_at: the scheduler's step after the last update is clamped (its LR is never used).
+    return linear_lr(
+        min(step, total_steps - 1), peak=peak, warmup_steps=warmup_steps, total_steps=total_steps
+    )
 
 
 # ---------------------------------------------------------------------------------------------

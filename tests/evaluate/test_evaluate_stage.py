@@ -17,7 +17,7 @@ from tests.conftest import planned_jobs
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["phase1", "phase2", "ctx256"]
+STAGES = ["phase1", "phase2", "ctx256", "sft", "qrpo"]
 BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 
 
@@ -41,7 +41,8 @@ def test_every_checkpoint_is_exported_with_a_passing_verification_card(default_r
         assert card["batch"]["segments"] >= 2 * card["batch"]["rows"], card["batch"]
         config = json.loads((export / "config.json").read_text())
         assert config["model_type"] == "apertus"
-        run = json.loads((default_run / "pretrain" / stage / "run.json").read_text())
+        trained = "posttrain" if stage in ("sft", "qrpo") else "pretrain"
+        run = json.loads((default_run / trained / stage / "run.json").read_text())
         assert config["rope_parameters"]["rope_theta"] == run["model_overrides"]["rope_theta"]
         print(f"\n{stage}: max |logit diff| torchtitan vs transformers {card['max_abs_diff']:.2e}")
 
@@ -140,16 +141,21 @@ def test_lm_eval_by_hand_on_an_export_gives_the_pipelines_numbers(default_run, t
 def test_changing_the_suite_reruns_only_evaluation(default_run, tmp_path):
     text = "evaluate:\n  suite:\n    tasks: [{task: apertus_mc}]\n"
     assert planned_jobs(default_run, tmp_path, text) == {
-        "evaluate_checkpoint": 3,
+        "evaluate_checkpoint": 5,
         "evaluate_table": 1,
     }
 
 
 def test_changing_the_export_dtype_reruns_exports_and_their_evaluations(default_run, tmp_path):
     jobs = planned_jobs(default_run, tmp_path, "export:\n  dtype: bfloat16\n")
+    # QRPO samples from the SFT export, so its data and training follow
     assert jobs == {
-        "export_checkpoint": 3,
-        "evaluate_checkpoint": 3,
-        "evaluate_memorization": 3,
+        "export_checkpoint": 5,
+        "evaluate_checkpoint": 5,
+        "evaluate_memorization": 5,
         "evaluate_table": 1,
+        "posttrain_qrpo_sample": 1,
+        "posttrain_qrpo_score": 1,
+        "posttrain_qrpo": 1,
+        "posttrain_report": 1,
     }

@@ -17,6 +17,14 @@ from tests.conftest import BIN, REPO, planned_jobs, run_tool
 
 pytestmark = pytest.mark.slow
 
+POSTTRAIN_JOBS = {
+    "posttrain_sft": 1,
+    "posttrain_qrpo_sample": 1,
+    "posttrain_qrpo_score": 1,
+    "posttrain_qrpo": 1,
+    "posttrain_report": 1,
+}
+
 
 def record(run_dir, stage):
     return json.loads((run_dir / "pretrain" / stage / "run.json").read_text())
@@ -49,13 +57,15 @@ def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
         "pretrain:\n  long_context:\n    - {name: ctx256, phase: phase2, seq_len: 256,"
         " rope_theta: 2000000, global_batch: 4, steps: 20, lr: 0.001, warmup_steps: 5}\n"
     )
-    # ... and what was made from its checkpoint
+    # ... and what was made from its checkpoint: its export and evaluation, and the
+    # post-training that starts from it (SFT, QRPO, their exports and evaluations)
     assert planned_jobs(default_run, tmp_path, text) == {
         "pretrain_stage": 1,
-        "export_checkpoint": 1,
-        "evaluate_checkpoint": 1,
-        "evaluate_memorization": 1,
+        "export_checkpoint": 3,
+        "evaluate_checkpoint": 3,
+        "evaluate_memorization": 3,
         "evaluate_table": 1,
+        **POSTTRAIN_JOBS,
     }
 
 
@@ -63,10 +73,11 @@ def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_pa
     jobs = planned_jobs(default_run, tmp_path, "pretrain:\n  lr:\n    peak: 0.002\n")
     assert jobs == {
         "pretrain_stage": 3,
-        "export_checkpoint": 3,
-        "evaluate_checkpoint": 3,
-        "evaluate_memorization": 3,
+        "export_checkpoint": 5,
+        "evaluate_checkpoint": 5,
+        "evaluate_memorization": 5,
         "evaluate_table": 1,
+        **POSTTRAIN_JOBS,
     }
 
 

@@ -87,6 +87,19 @@ def stage_config(stage, *keys):
     return canonical_json({k: section[k] for k in keys} if keys else section)
 
 
+def evaluate_run_dir(stage):
+    """The training stage's output (run.json) a checkpoint is exported from: a pretraining
+    stage's, or post-training's (`sft`, `qrpo`; POSTTRAIN_STAGES of posttrain.smk)."""
+    return stage_path("posttrain" if stage in POSTTRAIN_STAGES else "pretrain", stage)
+
+
+def stage_subconfig(stage, key):
+    """A rule's `params` for a step that reads one subtree of its stage's section: that subtree
+    itself (not wrapped in its key), as canonical JSON; same re-run rule as `stage_config`.
+    """
+    return canonical_json(config[stage][key])
+
+
 def stage_resources(stage):
     """Resources of one job of `stage`: its entry in config `resources`, else `default`."""
     return config["resources"].get(stage) or config["resources"]["default"]

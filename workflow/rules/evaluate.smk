@@ -5,15 +5,17 @@
 # Tests: tests/export/, tests/evaluate/.
 
 EVALUATE = config["evaluate"]
-# Every trained checkpoint, in training order.
-EVALUATE_CHECKPOINTS = PRETRAIN_STAGES
+# Every trained checkpoint, in training order: the pretraining stages, then SFT and QRPO.
+EVALUATE_CHECKPOINTS = PRETRAIN_STAGES + POSTTRAIN_STAGES
+
+
 # The memorization probes are measured when the data stage planted them.
 EVALUATE_MEMORIZATION = config["data"]["probes"]["enabled"]
 
 
 rule export_checkpoint:
     input:
-        run=stage_path("pretrain", "{stage}"),
+        run=lambda wildcards: evaluate_run_dir(wildcards.stage),
         tokenizer=TOKENIZE_TOKENIZER,
         heldout=rules.tokenize_heldout.output.out,
     output:
@@ -92,13 +94,18 @@ rule evaluate_memorization:
     input:
         model=rules.export_checkpoint.output.out,
         probes=rules.data_probes.output.out,
-        # The stages trained up to this checkpoint: exposures are counted in what they read.
-        runs=lambda wildcards: [
-            stage_path("pretrain", stage)
-            for stage in EVALUATE_CHECKPOINTS[
-                : EVALUATE_CHECKPOINTS.index(wildcards.stage) + 1
+        # The pretraining stages up to this checkpoint: exposures are counted in what they
+        # read (post-training never sees the probes).
+        runs=lambda wildcards: (
+            [
+                stage_path("pretrain", stage)
+                for stage in PRETRAIN_STAGES[
+                    : PRETRAIN_STAGES.index(wildcards.stage) + 1
+                ]
             ]
-        ],
+            if wildcards.stage in PRETRAIN_STAGES
+            else [stage_path("pretrain", stage) for stage in PRETRAIN_STAGES]
+        ),
         tokenizer=TOKENIZE_TOKENIZER,
     output:
         out=directory(stage_path("evaluate", "memorization", "{stage}")),

@@ -1,0 +1,494 @@
+"""Pointwise rewards for QRPO (RECIPE.md §7), chosen by config ``reward: {kind: ..., ...}``.
+
+QRPO only needs a scalar reward R(x, y) per prompt x and completion y: the loss turns it into a
+quantile among the reference policy's samples of the same prompt, so a reward's scale and offset
+do not matter, only how it orders completions of one prompt. Three kinds:
+
+``chrf`` (the offline default)
+    Reference-based: chrF (character n-gram F-score, Popović 2015) of the completion against the
+    prompt's reference answer, sentence-level with sacrebleu's ``CHRF``, scaled to [0, 1]. Needs
+    no model, so the embedded default run can align a tiny model on its own data.
+``reward_model``
+    A Hugging Face sequence-classification reward model (the recipe's Skywork-Reward-V2): the
+    conversation with the completion as the assistant turn is rendered with the reward model's
+    own chat template and the score is its single logit.
+``judge``
+    An LLM judge (the recipe's judge with the Swiss AI Charter for controversial prompts): a
+    causal LM is asked to rate the answer from 1 to 10 following a rubric, and the score is the
+    expected rating under its next-token distribution over the ratings (G-Eval's
+    probability-weighted score, Liu et al. 2023), a smooth score instead of a sampled integer.
+
+Every reward has ``score(exchanges) -> list[float]``; :func:`build_reward` makes one from the
+config. :func:`mean_reward` answers held-out prompts greedily with a model and averages a reward,
+to compare the SFT model with the aligned one.
+
+The helpers that load Hugging Face folders (:func:`load_hf_tokenizer`, :func:`hf_device`, ...)
+live here because both the rewards and the sampler (``apertus.posttrain.sampling``) use them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from apertus.core import ApertusError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from apertus.posttrain.sampling import QrpoPrompt
+
+REWARD_KINDS = ("chrf", "reward_model", "judge")
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEVICES = ("auto", "cpu", "cuda")
+
+# The judge's scale. A rating is read as the text of the number, so "10" may be two tokens.
+RATINGS: tuple[int, ...] = tuple(range(1, 11))
+
+DEFAULT_RUBRIC = (
+    "You are judging the answer of an AI assistant to a user. A good answer is helpful: it "
+    "addresses what the user asked, in the user's language. It is honest: it states facts "
+    "correctly and says when it is unsure. It is harmless and respectful: it refuses to help "
+    "with clearly harmful requests, treats contested questions even-handedly and presents the "
+    "main perspectives. It is clear and concise."
+)
+"""The judge's rubric when the config gives none. Real runs pass the Swiss AI Charter (RECIPE.md
+§7) with ``rubric_file``."""
+
+JUDGE_TEMPLATE = (
+    "{rubric}\n\n"
+    "Conversation:\n{conversation}\n\n"
+    "Answer to rate:\n{answer}\n\n"
+    "Rate the answer from 1 (worst) to 10 (best) according to the rubric. "
+    "Reply with the number only."
+)
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def check_keys(where: str, raw: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise ApertusError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def check_choice(where: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ApertusError(f"{where} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def check_positive_int(where: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ApertusError(f"{where} must be a positive integer, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """``reward:`` of the QRPO config.
+
+    kind         chrf | reward_model | judge (default chrf)
+    model        the reward model's or judge's Hugging Face folder (reward_model, judge)
+    rubric       the judge's rubric text (default :data:`DEFAULT_RUBRIC`)
+    rubric_file  a file holding the rubric (e.g. the Swiss AI Charter), instead of ``rubric``
+    char_order, word_order, beta   chrF's parameters (sacrebleu's defaults 6, 0, 2)
+    dtype        float32 | bfloat16, the model's dtype (reward_model, judge)
+    device       auto | cpu | cuda (auto: cuda when available)
+    """
+
+    kind: str = "chrf"
+    model: str | None = None
+    rubric: str | None = None
+    rubric_file: str | None = None
+    char_order: int = 6
+    word_order: int = 0
+    beta: int = 2
+    dtype: str = "float32"
+    device: str = "auto"
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None, where: str = "reward") -> RewardConfig:
+        raw = dict(raw or {})
+        check_keys(where, raw, [f.name for f in fields(cls)])
+        cfg = cls(**raw)
+        check_choice(f"{where}.kind", cfg.kind, REWARD_KINDS)
+        check_choice(f"{where}.dtype", cfg.dtype, tuple(DTYPES))
+        check_choice(f"{where}.device", cfg.device, DEVICES)
+        for name in ("char_order", "beta"):
+            check_positive_int(f"{where}.{name}", getattr(cfg, name))
+        if not isinstance(cfg.word_order, int) or cfg.word_order < 0:
+            raise ApertusError(f"{where}.word_order must be an integer >= 0")
+        if cfg.kind == "chrf":
+            if cfg.model is not None:
+                raise ApertusError(f"{where}.model is not used by the chrf reward; remove it")
+        elif not cfg.model:
+            raise ApertusError(f"{where}.model: the {cfg.kind} reward needs a model folder")
+        if cfg.rubric is not None and cfg.rubric_file is not None:
+            raise ApertusError(f"{where}: give rubric or rubric_file, not both")
+        if cfg.kind != "judge" and (cfg.rubric is not None or cfg.rubric_file is not None):
+            raise ApertusError(f"{where}: a rubric is only used by the judge reward")
+        return cfg
+
+
+# --- what is scored --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One prompt (messages without the final assistant turn), one completion text and the
+    prompt's reference answer."""
+
+    prompt_id: str
+    messages: tuple[Mapping[str, str], ...]
+    completion: str
+    reference: str = ""
+
+    def conversation(self) -> list[dict[str, str]]:
+        """The messages with the completion as the final assistant turn."""
+        return [dict(m) for m in self.messages] + [
+            {"role": "assistant", "content": self.completion}
+        ]
+
+
+class Reward(Protocol):
+    kind: str
+
+    def score(self, exchanges: Sequence[Exchange]) -> list[float]: ...
+
+
+# --- Hugging Face folders --------------------------------------------------------------------
+
+
+def check_hf_folder(path: str | os.PathLike, what: str) -> Path:
+    """A Hugging Face model folder that exists and has a config.json, or a clear error."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ApertusError(f"{what} folder {folder} does not exist")
+    if not (folder / "config.json").is_file():
+        raise ApertusError(f"{what} folder {folder} has no config.json (not a Hugging Face model)")
+    return folder
+
+
+def hf_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ApertusError("device cuda asked for, but no GPU is available")
+    return torch.device(name)
+
+
+def load_hf_tokenizer(folder: Path, what: str, *, chat: bool = True) -> PreTrainedTokenizerBase:
+    """The folder's tokenizer; with `chat`, one that has a chat template."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as e:
+        raise ApertusError(f"{what} folder {folder}: no loadable tokenizer ({e})") from None
+    if chat and not tokenizer.chat_template:
+        raise ApertusError(f"{what} folder {folder}: the tokenizer has no chat template")
+    return tokenizer
+
+
+def render_chat(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Mapping[str, str]],
+    *,
+    add_generation_prompt: bool,
+    where: str,
+) -> list[int]:
+    """Token ids of `messages` in the tokenizer's chat template. The template writes its own
+    special tokens (our tokenizer's post-processor would otherwise append ``</s>``, see
+    apertus/tokenize/tokenizer.py), so nothing else is added."""
+    from jinja2 import TemplateError
+
+    try:
+        encoded = tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=True,
+        )
+    except TemplateError as e:
+        raise ApertusError(f"{where}: the chat template refuses the messages ({e})") from None
+    return list(encoded["input_ids"])
+
+
+# --- chrF ------------------------------------------------------------------------------------
+
+
+def chrf_reward(hypothesis: str, reference: str, metric: Any) -> float:
+    """chrF of `hypothesis` against `reference` in [0, 1]: sacrebleu's sentence-level chrF
+    (Popović 2015, character n-gram F-beta, beta = 2 by default) divided by 100."""
+    return metric.sentence_score(hypothesis, [reference]).score / 100.0
+
+
+class ChrfReward:
+    kind = "chrf"
+
+    def __init__(self, char_order: int = 6, word_order: int = 0, beta: int = 2) -> None:
+        from sacrebleu.metrics import CHRF
+
+        self.metric = CHRF(char_order=char_order, word_order=word_order, beta=beta)
+
+    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
+        for ex in exchanges:
+            if not ex.reference.strip():
+                raise ApertusError(
+                    f"prompt {ex.prompt_id}: the chrf reward needs a non-empty reference answer"
+                )
+        return [chrf_reward(ex.completion, ex.reference, self.metric) for ex in exchanges]
+
+
+# --- reward model ----------------------------------------------------------------------------
+
+
+class RewardModelReward:
+    """A sequence-classification reward model with one label; the score is its logit.
+
+    Scored one conversation at a time: transformers pools the logit at the rightmost token that
+    is not ``pad_token_id``, which in a padded batch picks the wrong token when the chat ends
+    with a token equal to the pad token (tokenizers whose pad is eos), so no padding is used.
+    """
+
+    kind = "reward_model"
+
+    def __init__(self, model_dir: str | os.PathLike, *, dtype: str, device: str) -> None:
+        from transformers import AutoModelForSequenceClassification
+
+        folder = check_hf_folder(model_dir, "reward model")
+        self.tokenizer = load_hf_tokenizer(folder, "reward model")
+        self.device = hf_device(device)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            str(folder), dtype=DTYPES[dtype]
+        ).to(self.device)
+        self.model.eval()
+        if self.model.config.num_labels != 1:
+            raise ApertusError(
+                f"reward model {folder} has {self.model.config.num_labels} labels; a reward "
+                "model has one (a scalar score)"
+            )
+
+    @torch.no_grad()
+    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
+        scores = []
+        for ex in exchanges:
+            ids = render_chat(
+                self.tokenizer,
+                ex.conversation(),
+                add_generation_prompt=False,
+                where=f"prompt {ex.prompt_id}",
+            )
+            logits = self.model(torch.tensor([ids], device=self.device)).logits
+            scores.append(float(logits[0, 0].float()))
+        return scores
+
+
+# --- LLM judge -------------------------------------------------------------------------------
+
+
+def judge_prompt(rubric: str, messages: Sequence[Mapping[str, str]], answer: str) -> str:
+    """The judge's user message: the rubric, the conversation so far and the answer."""
+    conversation = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
+    return JUDGE_TEMPLATE.format(rubric=rubric, conversation=conversation, answer=answer)
+
+
+def rating_probabilities(
+    rating_tokens: Mapping[int, Sequence[int]],
+    next_token_logprobs: Callable[[tuple[int, ...]], torch.Tensor],
+) -> dict[int, float]:
+    """Probability that the judge's reply is exactly each rating.
+
+    A rating whose text is several tokens ("10" may be "1" "0") has the probability of its token
+    sequence. A rating that is a token prefix of other ratings ("1" of "10") gets the mass of its
+    tokens minus that of its nearest extensions: "1" followed by "0" is a 10, not a 1.
+    `next_token_logprobs(prefix)` gives the log-probabilities of the token after the prompt and
+    `prefix`.
+    """
+    cache: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def logprobs(prefix: tuple[int, ...]) -> torch.Tensor:
+        if prefix not in cache:
+            cache[prefix] = next_token_logprobs(prefix).double()
+        return cache[prefix]
+
+    seqs = {r: tuple(t) for r, t in rating_tokens.items()}
+    sequence_p = {}
+    for rating, tokens in seqs.items():
+        logp = sum(float(logprobs(tokens[:i])[tok]) for i, tok in enumerate(tokens))
+        sequence_p[rating] = math.exp(logp)
+
+    def extends(longer: tuple[int, ...], shorter: tuple[int, ...]) -> bool:
+        return len(longer) > len(shorter) and longer[: len(shorter)] == shorter
+
+    exact = {}
+    for rating, tokens in seqs.items():
+        longer = [r for r, t in seqs.items() if extends(t, tokens)]
+        nearest = [
+            r for r in longer if not any(extends(seqs[r], seqs[m]) for m in longer if m != r)
+        ]
+        exact[rating] = max(0.0, sequence_p[rating] - sum(sequence_p[r] for r in nearest))
+    return exact
+
+
+def expected_rating(probabilities: Mapping[int, float]) -> float:
+    """The expected rating under the judge's probabilities renormalised over the ratings
+    (G-Eval, Liu et al. 2023: score = sum_k k p(k) / sum_k p(k))."""
+    total = sum(probabilities.values())
+    if not total > 0:
+        raise ApertusError("the judge gives probability 0 to every rating")
+    return sum(r * p for r, p in probabilities.items()) / total
+
+
+class JudgeReward:
+    """A causal LM rating answers 1-10 by a rubric; the score is its expected rating."""
+
+    kind = "judge"
+
+    def __init__(
+        self, model_dir: str | os.PathLike, *, rubric: str, dtype: str, device: str
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        folder = check_hf_folder(model_dir, "judge")
+        self.tokenizer = load_hf_tokenizer(folder, "judge")
+        self.device = hf_device(device)
+        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype]).to(
+            self.device
+        )
+        self.model.eval()
+        self.rubric = rubric
+        self.rating_tokens = {
+            r: self.tokenizer.encode(str(r), add_special_tokens=False) for r in RATINGS
+        }
+        empty = [r for r, t in self.rating_tokens.items() if not t]
+        if empty or len({tuple(t) for t in self.rating_tokens.values()}) != len(RATINGS):
+            raise ApertusError(f"judge {folder}: its tokenizer does not tell the ratings apart")
+
+    @torch.no_grad()
+    def _next_token_logprobs(self, ids: list[int], prefix: tuple[int, ...]) -> torch.Tensor:
+        tokens = torch.tensor([ids + list(prefix)], device=self.device)
+        return torch.log_softmax(self.model(tokens).logits[0, -1].float(), dim=-1).cpu()
+
+    def prompt_ids(self, ex: Exchange) -> list[int]:
+        message = {"role": "user", "content": judge_prompt(self.rubric, ex.messages, ex.completion)}
+        return render_chat(
+            self.tokenizer, [message], add_generation_prompt=True, where=f"prompt {ex.prompt_id}"
+        )
+
+    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
+        scores = []
+        for ex in exchanges:
+            ids = self.prompt_ids(ex)
+            probs = rating_probabilities(
+                self.rating_tokens, lambda prefix, ids=ids: self._next_token_logprobs(ids, prefix)
+            )
+            scores.append(expected_rating(probs))
+        return scores
+
+
+# --- construction and reporting --------------------------------------------------------------
+
+
+def build_reward(config: RewardConfig | Mapping[str, Any] | None) -> Reward:
+    """The reward the config names (``reward:``; default chrF)."""
+    cfg = config if isinstance(config, RewardConfig) else RewardConfig.from_dict(config)
+    if cfg.kind == "chrf":
+        return ChrfReward(cfg.char_order, cfg.word_order, cfg.beta)
+    if cfg.kind == "reward_model":
+        return RewardModelReward(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    rubric = cfg.rubric if cfg.rubric is not None else DEFAULT_RUBRIC
+    if cfg.rubric_file is not None:
+        path = Path(cfg.rubric_file)
+        if not path.is_file():
+            raise ApertusError(f"reward.rubric_file {path} does not exist")
+        rubric = path.read_text(encoding="utf-8").strip()
+    if not rubric.strip():
+        raise ApertusError("reward: the judge's rubric is empty")
+    return JudgeReward(cfg.model, rubric=rubric, dtype=cfg.dtype, device=cfg.device)
+
+
+@dataclass
+class RewardSummary:
+    """Mean reward overall and per language."""
+
+    count: int
+    mean: float
+    per_language: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "mean": self.mean, "per_language": self.per_language}
+
+
+def summarize_rewards(languages: Sequence[str], rewards: Sequence[float]) -> RewardSummary:
+    if len(languages) != len(rewards) or not rewards:
+        raise ApertusError("no rewards to summarize")
+    by_language: dict[str, list[float]] = {}
+    for lang, r in zip(languages, rewards, strict=True):
+        by_language.setdefault(lang, []).append(r)
+    return RewardSummary(
+        count=len(rewards),
+        mean=math.fsum(rewards) / len(rewards),
+        per_language={
+            lang: {"count": len(rs), "mean": math.fsum(rs) / len(rs)}
+            for lang, rs in sorted(by_language.items())
+        },
+    )
+
+
+def mean_reward(
+    model_dir: str | os.PathLike,
+    prompts: Sequence[QrpoPrompt],
+    reward: Reward | RewardConfig | Mapping[str, Any] | None,
+    *,
+    max_new_tokens: int,
+    batch_size: int = 8,
+    dtype: str = "float32",
+    device: str = "auto",
+    n: int = 1,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Answers of the model in `model_dir` to `prompts`, scored with `reward`: the mean reward
+    overall and per language, and each prompt's reward and first answer (to pair models).
+    Greedy by default; with ``temperature > 0``, `n` seeded samples per prompt, a prompt's
+    reward being the mean over its samples (the policy's expected reward, what QRPO
+    optimises)."""
+    from apertus.posttrain.sampling import generate_answers
+
+    if not hasattr(reward, "score"):
+        reward = build_reward(reward)
+    answers = generate_answers(
+        model_dir,
+        prompts,
+        n=n,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device,
+    )
+    exchanges = [
+        Exchange(p.id, p.messages, answers[i * n + j].text, p.reference)
+        for i, p in enumerate(prompts)
+        for j in range(n)
+    ]
+    scores = reward.score(exchanges)
+    rewards = [sum(scores[i * n : (i + 1) * n]) / n for i in range(len(prompts))]
+    summary = summarize_rewards([p.language for p in prompts], rewards).as_dict()
+    summary["prompts"] = {
+        p.id: {"reward": r, "answer": answers[i * n].text}
+        for i, (p, r) in enumerate(zip(prompts, rewards, strict=True))
+    }
+    return summary

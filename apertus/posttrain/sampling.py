@@ -1,0 +1,936 @@
+"""QRPO's data (RECIPE.md §7): reference samples, their rewards and reference log-probs.
+
+QRPO is offline: for every prompt x the SFT model (the reference policy) writes n = 10 answers
+at temperature 1; each answer y is scored with a pointwise reward R(x, y)
+(:mod:`apertus.posttrain.rewards`); its quantile reward is its empirical CDF among the n reference
+rewards of the same prompt, and its log-probability under the reference model is computed once
+here so training never runs the reference model. Every sampled answer is both a training
+completion and one of its prompt's reference samples.
+
+Entry points (stage ``posttrain``)::
+
+    python -m apertus.posttrain.sampling sample --config JSON --manifest M --model DIR \
+        --prompts FILE --output DIR        # DIR/samples.jsonl              (step qrpo_sample)
+    python -m apertus.posttrain.sampling score --config JSON --manifest M --model DIR \
+        --samples DIR --prompts FILE --output DIR
+                                           # DIR/completions.jsonl, DIR/rewards.json (qrpo_score)
+    python -m apertus.posttrain.sampling report --config JSON --manifest M \
+        --model NAME=DIR [--model NAME=DIR ...] --prompts FILE --output FILE.json [--markdown MD]
+                                           # mean reward of greedy answers per model (qrpo_report)
+
+``--model`` of sample/score is an exported Hugging Face folder (the SFT model, with our tokenizer
+and its chat template). Files:
+
+prompts (JSONL)
+    ``{"id", "language", "messages": [{"role", "content"}, ...], "reference"}``: the messages
+    end before the assistant's turn; ``reference`` is a reference answer (used by the chrF reward).
+samples.jsonl
+    ``{"prompt_id", "sample_index", "language", "prompt_ids", "completion_ids", "text",
+    "finish_reason"}``; ``completion_ids`` are the generated ids, ending with the stop token
+    (``<|assistant_end|>``, or ``</s>``) unless ``finish_reason`` is ``"length"``; ``text`` is
+    their decoding without special tokens.
+completions.jsonl (what QRPO training reads)
+    ``{"prompt_id", "completion_id", "input_ids", "completion_mask", "reward",
+    "reference_rewards", "reference_logp"}``: ``input_ids`` = prompt + completion ids,
+    ``completion_mask`` 1 exactly on the completion ids, ``reference_rewards`` the rewards of all
+    n samples of the prompt (this one included), ``reference_logp`` = sum over completion tokens
+    of log p_ref (float32 forward, float64 sum). ``completion_id`` is ``"<prompt_id>:<index>"``.
+
+Sampling is reproducible sample by sample: each (seed, prompt id, sample index) has its own
+random stream, so a sample does not depend on the batch size, on the other prompts or on their
+order. With transformers, a row of a batch is sampled by the Gumbel-max trick from its own
+generator (:class:`SeededGumbelSampling`), which draws exactly from softmax(logits / T).
+Identical samples across batch sizes hold up to floating-point differences of batched vs
+single forward passes, which can flip a draw only at a near-tie. When ``vllm`` is importable and
+a GPU is present (config ``engine: auto``), vLLM samples instead, one request per sample with
+its own ``seed``. vLLM is not installed in this project's environment: that path is untested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, LogitsProcessor
+
+from apertus.core import ApertusError
+from apertus.core.files import atomic_open, atomic_write_json, atomic_write_text
+from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.posttrain.rewards import (
+    DEVICES,
+    DTYPES,
+    Exchange,
+    RewardConfig,
+    build_reward,
+    check_choice,
+    check_hf_folder,
+    check_keys,
+    check_positive_int,
+    hf_device,
+    load_hf_tokenizer,
+    render_chat,
+    summarize_rewards,
+)
+from apertus.tokenize.tokenizer import CHAT_ROLES
+
+log = logging.getLogger(__name__)
+
+STAGE = "posttrain"
+ASSISTANT_END = "<|assistant_end|>"
+ENGINES = ("auto", "transformers", "vllm")
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """The QRPO data config (what ``--config`` carries).
+
+    n_samples       reference samples per prompt (RECIPE.md §7: 10)
+    temperature     sampling temperature of the reference samples (RECIPE.md §7: 1.0)
+    max_new_tokens  longest completion; a longer one is cut (finish_reason "length")
+    seed            the root of every sample's random stream
+    batch_size      sequences per forward pass (generation, log-probs)
+    dtype           float32 | bfloat16: the SFT model's dtype for sampling and log-probs
+    device          auto | cpu | cuda
+    engine          auto | transformers | vllm (auto: vLLM when importable and a GPU is present)
+    reward          the reward (:class:`apertus.posttrain.rewards.RewardConfig`, default chrF)
+    """
+
+    n_samples: int = 10
+    temperature: float = 1.0
+    max_new_tokens: int = 256
+    seed: int = 0
+    batch_size: int = 8
+    dtype: str = "float32"
+    device: str = "auto"
+    engine: str = "auto"
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], where: str = "config") -> SamplingConfig:
+        raw = dict(raw)
+        check_keys(where, raw, [f.name for f in fields(cls)])
+        raw["reward"] = RewardConfig.from_dict(raw.get("reward"), f"{where}.reward")
+        cfg = cls(**raw)
+        for name in ("n_samples", "max_new_tokens", "batch_size"):
+            check_positive_int(f"{where}.{name}", getattr(cfg, name))
+        if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
+            raise ApertusError(f"{where}.seed must be an integer >= 0")
+        t = cfg.temperature
+        if not isinstance(t, int | float) or isinstance(t, bool) or not 0 < t < math.inf:
+            raise ApertusError(f"{where}.temperature must be a positive number, not {t!r}")
+        check_choice(f"{where}.dtype", cfg.dtype, tuple(DTYPES))
+        check_choice(f"{where}.device", cfg.device, DEVICES)
+        check_choice(f"{where}.engine", cfg.engine, ENGINES)
+        return cfg
+
+
+# --- prompts ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QrpoPrompt:
+    id: str
+    language: str
+    messages: tuple[Mapping[str, str], ...]
+    reference: str
+
+
+def _parse_prompt(obj: Any, where: str) -> QrpoPrompt:
+    if not isinstance(obj, dict):
+        raise ApertusError(f"{where}: a prompt is a JSON object")
+    for key in ("id", "language"):
+        if not isinstance(obj.get(key), str) or not obj[key]:
+            raise ApertusError(f"{where}: '{key}' must be a non-empty string")
+    if not isinstance(obj.get("reference"), str):
+        raise ApertusError(f"{where}: 'reference' must be a string (the reference answer)")
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApertusError(f"{where}: 'messages' must be a non-empty list")
+    for i, m in enumerate(messages):
+        if (
+            not isinstance(m, dict)
+            or set(m) != {"role", "content"}
+            or not isinstance(m["content"], str)
+        ):
+            raise ApertusError(
+                f"{where}: message {i} must be {{'role': ..., 'content': <string>}}, not {m!r}"
+            )
+        if m["role"] not in CHAT_ROLES:
+            raise ApertusError(
+                f"{where}: message {i} has role {m['role']!r} "
+                f"(expected one of {', '.join(CHAT_ROLES)})"
+            )
+    if messages[-1]["role"] == "assistant":
+        raise ApertusError(f"{where}: the last message is the assistant's; a prompt ends before it")
+    return QrpoPrompt(
+        id=obj["id"],
+        language=obj["language"],
+        messages=tuple(dict(m) for m in messages),
+        reference=obj["reference"],
+    )
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) of each non-blank line, or an error naming the line."""
+    if not path.is_file():
+        raise ApertusError(f"{path} does not exist")
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ApertusError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
+
+
+def load_prompts(path: str | os.PathLike) -> list[QrpoPrompt]:
+    """The QRPO prompts of a JSONL file, checked line by line (errors name the file and line)."""
+    path = Path(path)
+    prompts: list[QrpoPrompt] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in _json_lines(path):
+        where = f"{path} line {lineno}"
+        prompt = _parse_prompt(obj, where)
+        if prompt.id in seen:
+            raise ApertusError(
+                f"{where}: prompt id {prompt.id!r} already used on line {seen[prompt.id]}"
+            )
+        seen[prompt.id] = lineno
+        prompts.append(prompt)
+    if not prompts:
+        raise ApertusError(f"{path}: no prompts")
+    return prompts
+
+
+# --- the policy model ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated answer to one prompt."""
+
+    prompt_id: str
+    sample_index: int
+    language: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    finish_reason: str  # "assistant_end", "eos" or "length"
+
+
+def stop_token_ids(tokenizer: Any, folder: Path) -> dict[int, str]:
+    """The ids that end an answer: ``<|assistant_end|>`` (the chat format's end of turn,
+    RECIPE.md §7) and ``</s>`` (a model may close the document instead)."""
+    vocab = tokenizer.get_vocab()
+    if ASSISTANT_END not in vocab:
+        raise ApertusError(f"{folder}: the tokenizer has no {ASSISTANT_END} token")
+    stops = {vocab[ASSISTANT_END]: "assistant_end"}
+    if tokenizer.eos_token_id is not None:
+        stops.setdefault(tokenizer.eos_token_id, "eos")
+    return stops
+
+
+def load_causal_lm(folder: Path, *, dtype: str, device: str) -> Any:
+    """The causal LM of an exported Hugging Face folder, in eval mode on `device`."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype])
+    return model.to(hf_device(device)).eval()
+
+
+def sample_seed(seed: int, prompt_id: str, sample_index: int) -> int:
+    """The seed of one sample's random stream: a hash of (seed, prompt id, sample index), so a
+    sample is the same whatever else is sampled with it."""
+    digest = hashlib.sha256(f"{seed}\0{prompt_id}\0{sample_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def gumbel_noise(size: int, generator: torch.Generator) -> torch.Tensor:
+    """Standard Gumbel draws -log(-log U): argmax(logits / T + G) is a draw from
+    softmax(logits / T) (the Gumbel-max trick, Gumbel 1954; Maddison et al. 2014)."""
+    u = torch.rand(size, generator=generator, dtype=torch.float64)
+    return -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float64).tiny)))
+
+
+class SeededGumbelSampling(LogitsProcessor):
+    """Temperature sampling inside greedy ``generate``, each row from its own generator.
+
+    transformers' ``do_sample`` draws every row from the one global RNG, so a row's tokens
+    depend on which rows share its batch. Adding each row's own Gumbel noise to logits / T and
+    letting greedy decoding take the argmax samples from exactly the same distribution (pure
+    temperature sampling: no top-k or top-p) with one stream per row. Generators live on the
+    CPU so the draws are the same on any device.
+    """
+
+    def __init__(self, generators: Sequence[torch.Generator], temperature: float) -> None:
+        self.generators = list(generators)
+        self.temperature = temperature
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
+        if scores.shape[0] != len(self.generators):
+            raise RuntimeError(f"{scores.shape[0]} rows for {len(self.generators)} generators")
+        noise = torch.stack([gumbel_noise(scores.shape[-1], g) for g in self.generators])
+        return scores / self.temperature + noise.to(device=scores.device, dtype=scores.dtype)
+
+
+def _cut_at_stop(ids: Sequence[int], stops: Mapping[int, str]) -> tuple[list[int], str]:
+    """The ids up to and including the first stop token, and why the answer ended."""
+    for i, t in enumerate(ids):
+        if t in stops:
+            return list(ids[: i + 1]), stops[t]
+    return list(ids), "length"
+
+
+@torch.no_grad()
+def generate_ids(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    seeds: Sequence[int],
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    batch_size: int,
+    stops: Mapping[int, str],
+    pad_id: int,
+) -> list[tuple[list[int], str]]:
+    """(completion ids, finish reason) of each prompt with transformers ``generate``: rows of
+    `batch_size` left-padded prompts; temperature 0 is greedy, otherwise row i samples from
+    its own generator seeded with ``seeds[i]``."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    generation = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=list(stops),
+        pad_token_id=pad_id,
+    )
+    # generate() would fill unset options from the folder's generation_config.json (e.g. a
+    # repetition penalty); this sampler applies nothing but the temperature.
+    model.generation_config = generation
+    device = next(model.parameters()).device
+    results: list[tuple[list[int], str]] = []
+    for start in range(0, len(prompt_ids), batch_size):
+        batch = prompt_ids[start : start + batch_size]
+        width = max(len(p) for p in batch)
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, p in enumerate(batch):
+            ids[i, width - len(p) :] = torch.tensor(list(p))
+            mask[i, width - len(p) :] = 1
+        processors = LogitsProcessorList()
+        if temperature > 0:
+            generators = [
+                torch.Generator().manual_seed(s) for s in seeds[start : start + batch_size]
+            ]
+            processors.append(SeededGumbelSampling(generators, temperature))
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            generation_config=generation,
+            logits_processor=processors,
+        )
+        for row in out[:, width:].tolist():
+            results.append(_cut_at_stop(row[:max_new_tokens], stops))
+    return results
+
+
+def _generate_vllm(
+    model_dir: Path,
+    prompt_ids: Sequence[Sequence[int]],
+    seeds: Sequence[int],
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    stops: Mapping[int, str],
+    dtype: str,
+) -> list[tuple[list[int], str]]:
+    """The same sampling with vLLM (untested here: vLLM is not installed in this environment).
+    One request per sample with its own seed keeps samples independent of batching."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(model_dir), dtype=dtype, seed=0)
+    params = [
+        SamplingParams(
+            n=1,
+            temperature=temperature,
+            top_p=1.0,
+            max_tokens=max_new_tokens,
+            seed=s if temperature > 0 else None,
+            stop_token_ids=list(stops),
+        )
+        for s in seeds
+    ]
+    outputs = llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params)
+    results = []
+    for out in outputs:
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)
+        # vLLM v1 keeps the stop token in token_ids; older versions report it only here.
+        stop = completion.stop_reason
+        if isinstance(stop, int) and (not ids or ids[-1] != stop):
+            ids.append(stop)
+        results.append(_cut_at_stop(ids, stops))
+    return results
+
+
+def use_vllm(engine: str) -> bool:
+    available = importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    if engine == "vllm" and not available:
+        raise ApertusError("engine vllm asked for, but vllm is not installed or no GPU is present")
+    return engine == "vllm" or (engine == "auto" and available)
+
+
+def generate_answers(
+    model_dir: str | os.PathLike,
+    prompts: Sequence[QrpoPrompt],
+    *,
+    n: int = 1,
+    temperature: float,
+    max_new_tokens: int,
+    seed: int,
+    batch_size: int,
+    dtype: str = "float32",
+    device: str = "auto",
+    engine: str = "transformers",
+) -> list[Sample]:
+    """`n` answers per prompt (prompt-major order) from the model in `model_dir`, the prompts
+    rendered with its chat template and ``add_generation_prompt=True``; temperature 0 is
+    greedy. An answer stops at ``<|assistant_end|>`` or ``</s>`` (kept) or after
+    `max_new_tokens`."""
+    folder = check_hf_folder(model_dir, "model")
+    tokenizer = load_hf_tokenizer(folder, "model")
+    stops = stop_token_ids(tokenizer, folder)
+    rendered = [
+        render_chat(tokenizer, p.messages, add_generation_prompt=True, where=f"prompt {p.id}")
+        for p in prompts
+    ]
+    jobs = [(i, j) for i in range(len(prompts)) for j in range(n)]
+    prompt_ids = [rendered[i] for i, _ in jobs]
+    seeds = [sample_seed(seed, prompts[i].id, j) for i, j in jobs]
+    vllm = use_vllm(engine)
+    log.info(
+        "%d answer(s) to %d prompt(s) from %s with %s at temperature %s",
+        len(jobs),
+        len(prompts),
+        folder,
+        "vLLM" if vllm else "transformers",
+        temperature,
+    )
+    if vllm:
+        outputs = _generate_vllm(
+            folder,
+            prompt_ids,
+            seeds,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            stops=stops,
+            dtype=dtype,
+        )
+    else:
+        model = load_causal_lm(folder, dtype=dtype, device=device)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(stops))
+        outputs = generate_ids(
+            model,
+            prompt_ids,
+            seeds,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stops=stops,
+            pad_id=pad_id,
+        )
+        del model
+    samples = []
+    for (i, j), ids, (completion, reason) in zip(jobs, prompt_ids, outputs, strict=True):
+        body = completion[:-1] if reason != "length" else completion
+        samples.append(
+            Sample(
+                prompt_id=prompts[i].id,
+                sample_index=j,
+                language=prompts[i].language,
+                prompt_ids=list(ids),
+                completion_ids=completion,
+                text=tokenizer.decode(body, skip_special_tokens=True),
+                finish_reason=reason,
+            )
+        )
+    return samples
+
+
+def sample_references(
+    model_dir: str | os.PathLike,
+    prompts: Sequence[QrpoPrompt],
+    *,
+    n: int,
+    temperature: float = 1.0,
+    max_new_tokens: int,
+    seed: int,
+    batch_size: int,
+    dtype: str = "float32",
+    device: str = "auto",
+    engine: str = "auto",
+) -> list[Sample]:
+    """QRPO's reference samples (RECIPE.md §7): `n` answers per prompt from the SFT model at
+    `temperature` (1 in the recipe), each reproducible from (seed, prompt id, sample index)."""
+    if temperature <= 0:
+        raise ApertusError("reference samples need a temperature > 0 (they are samples)")
+    return generate_answers(
+        model_dir,
+        prompts,
+        n=n,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device,
+        engine=engine,
+    )
+
+
+# --- reference log-probs ---------------------------------------------------------------------
+
+
+@torch.no_grad()
+def completion_logprobs(
+    model: Any,
+    sequences: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int,
+    pad_id: int,
+) -> list[float]:
+    """log pi(y | x) = sum over the completion's tokens of log p(y_t | x, y_<t) for each
+    (prompt ids, completion ids) pair (the log-probs QRPO's loss uses, RECIPE.md §7).
+
+    Batches are left-padded with explicit positions, so every completion ends at the last
+    column and only the last (longest completion) columns of logits are computed. Log-softmax
+    in float32, sums in float64."""
+    device = next(model.parameters()).device
+    out: list[float] = []
+    for start in range(0, len(sequences), batch_size):
+        batch = sequences[start : start + batch_size]
+        if any(not c for _, c in batch):
+            raise ApertusError("a completion without tokens has no log-probability")
+        width = max(len(p) + len(c) for p, c in batch)
+        keep = max(len(c) for _, c in batch) + 1
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, (p, c) in enumerate(batch):
+            seq = list(p) + list(c)
+            ids[i, width - len(seq) :] = torch.tensor(seq)
+            mask[i, width - len(seq) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        logits = model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+            logits_to_keep=keep,
+        ).logits
+        # logits[:, k] predicts the token at column width - keep + k + 1.
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        targets = ids[:, width - keep + 1 :].to(device)
+        token_logp = logp.gather(-1, targets[..., None])[..., 0].double().cpu()
+        for i, (_, c) in enumerate(batch):
+            out.append(float(token_logp[i, keep - 1 - len(c) :].sum()))
+    return out
+
+
+def reference_logprobs(
+    model_dir: str | os.PathLike,
+    samples: Sequence[Sample],
+    *,
+    batch_size: int = 8,
+    dtype: str = "float32",
+    device: str = "auto",
+) -> list[float]:
+    """log pi_ref(y | x) of every sample under the model in `model_dir` (the SFT model, which
+    is QRPO's reference), computed once so training never runs the reference model."""
+    folder = check_hf_folder(model_dir, "model")
+    tokenizer = load_hf_tokenizer(folder, "model", chat=False)
+    model = load_causal_lm(folder, dtype=dtype, device=device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return completion_logprobs(
+        model,
+        [(s.prompt_ids, s.completion_ids) for s in samples],
+        batch_size=batch_size,
+        pad_id=pad_id,
+    )
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def write_samples(path: Path, samples: Sequence[Sample]) -> None:
+    with atomic_open(path) as f:
+        for s in samples:
+            f.write(json.dumps(asdict(s), ensure_ascii=False) + "\n")
+
+
+def _int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value
+    )
+
+
+def read_samples(path: str | os.PathLike, prompts: Sequence[QrpoPrompt], n: int) -> list[Sample]:
+    """The samples of `samples.jsonl`, checked against the prompts: every prompt has exactly
+    the samples 0..n-1, each once (the reference set of a prompt must be complete)."""
+    path = Path(path)
+    by_id = {p.id: p for p in prompts}
+    names = [f.name for f in fields(Sample)]
+    samples: list[Sample] = []
+    seen: dict[tuple[str, int], int] = {}
+    for lineno, obj in _json_lines(path):
+        where = f"{path} line {lineno}"
+        if not isinstance(obj, dict) or set(obj) != set(names):
+            raise ApertusError(f"{where}: a sample has exactly the keys {', '.join(names)}")
+        if obj["prompt_id"] not in by_id:
+            raise ApertusError(f"{where}: prompt {obj['prompt_id']!r} is not in the prompts file")
+        if not isinstance(obj["sample_index"], int) or not 0 <= obj["sample_index"] < n:
+            raise ApertusError(f"{where}: sample_index must be in 0..{n - 1}")
+        if not _int_list(obj["prompt_ids"]) or not _int_list(obj["completion_ids"]):
+            raise ApertusError(f"{where}: prompt_ids and completion_ids must be lists of ids")
+        if not obj["completion_ids"]:
+            raise ApertusError(f"{where}: empty completion")
+        if obj["finish_reason"] not in ("assistant_end", "eos", "length"):
+            raise ApertusError(f"{where}: unknown finish_reason {obj['finish_reason']!r}")
+        key = (obj["prompt_id"], obj["sample_index"])
+        if key in seen:
+            raise ApertusError(f"{where}: sample {key} already on line {seen[key]}")
+        seen[key] = lineno
+        samples.append(Sample(**obj))
+    counts = Counter(s.prompt_id for s in samples)
+    incomplete = [p.id for p in prompts if counts[p.id] != n]
+    if incomplete:
+        raise ApertusError(
+            f"{path}: {len(incomplete)} prompt(s) without their {n} samples "
+            f"(e.g. {incomplete[0]!r} has {counts[incomplete[0]]})"
+        )
+    order = {p.id: i for i, p in enumerate(prompts)}
+    return sorted(samples, key=lambda s: (order[s.prompt_id], s.sample_index))
+
+
+def completion_records(
+    samples: Sequence[Sample], rewards: Sequence[float], reference_logps: Sequence[float]
+) -> list[dict[str, Any]]:
+    """The lines of completions.jsonl. Every sample is a training completion and one of its
+    prompt's reference samples, so a prompt's ``reference_rewards`` are the rewards of all its
+    samples (in sample order); QRPO's quantile reward of a completion is the fraction of them
+    at most its own reward (RECIPE.md §7)."""
+    if not len(samples) == len(rewards) == len(reference_logps):
+        raise ValueError("one reward and one reference log-prob per sample")
+    for s, r, lp in zip(samples, rewards, reference_logps, strict=True):
+        if not math.isfinite(r) or not math.isfinite(lp):
+            raise ApertusError(
+                f"sample {s.prompt_id}:{s.sample_index}: reward {r} / reference log-prob {lp} "
+                "is not finite"
+            )
+    per_prompt: dict[str, list[tuple[int, float]]] = {}
+    for s, r in zip(samples, rewards, strict=True):
+        per_prompt.setdefault(s.prompt_id, []).append((s.sample_index, r))
+    reference = {pid: [r for _, r in sorted(rs)] for pid, rs in per_prompt.items()}
+    return [
+        {
+            "prompt_id": s.prompt_id,
+            "completion_id": f"{s.prompt_id}:{s.sample_index}",
+            "input_ids": list(s.prompt_ids) + list(s.completion_ids),
+            "completion_mask": [0] * len(s.prompt_ids) + [1] * len(s.completion_ids),
+            "reward": float(r),
+            "reference_rewards": reference[s.prompt_id],
+            "reference_logp": float(lp),
+        }
+        for s, r, lp in zip(samples, rewards, reference_logps, strict=True)
+    ]
+
+
+def _exchanges(samples: Sequence[Sample], prompts: Sequence[QrpoPrompt]) -> list[Exchange]:
+    by_id = {p.id: p for p in prompts}
+    return [
+        Exchange(s.prompt_id, by_id[s.prompt_id].messages, s.text, by_id[s.prompt_id].reference)
+        for s in samples
+    ]
+
+
+# --- entry points ----------------------------------------------------------------------------
+
+
+def _sample(argv: list[str]) -> None:
+    parser = stage_parser(STAGE, "Sample QRPO's reference answers from the SFT model.")
+    parser.add_argument("--model", type=Path, required=True, help="the SFT model's HF folder")
+    parser.add_argument("--prompts", type=Path, required=True, help="QRPO prompts (JSONL)")
+    parser.add_argument("--output", type=Path, required=True, help="folder for samples.jsonl")
+    args = parser.parse_args(argv)
+    cfg = SamplingConfig.from_dict(args.config)
+    out = args.output / "samples.jsonl"
+    with StepRun(
+        STAGE,
+        "qrpo_sample",
+        args.config,
+        inputs=[args.model, args.prompts],
+        outputs=[out],
+        manifest=args.manifest,
+        seed=cfg.seed,
+    ) as step:
+        prompts = load_prompts(args.prompts)
+        samples = sample_references(
+            args.model,
+            prompts,
+            n=cfg.n_samples,
+            temperature=cfg.temperature,
+            max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+            dtype=cfg.dtype,
+            device=cfg.device,
+            engine=cfg.engine,
+        )
+        args.output.mkdir(parents=True, exist_ok=True)
+        write_samples(out, samples)
+        step.summary.update(
+            prompts=len(prompts),
+            samples=len(samples),
+            engine="vllm" if use_vllm(cfg.engine) else "transformers",
+            finish_reasons=dict(Counter(s.finish_reason for s in samples)),
+            mean_completion_tokens=sum(len(s.completion_ids) for s in samples) / len(samples),
+        )
+
+
+def _score(argv: list[str]) -> None:
+    parser = stage_parser(STAGE, "Score QRPO's samples and compute their reference log-probs.")
+    parser.add_argument("--model", type=Path, required=True, help="the SFT model's HF folder")
+    parser.add_argument("--samples", type=Path, required=True, help="folder with samples.jsonl")
+    parser.add_argument("--prompts", type=Path, required=True, help="QRPO prompts (JSONL)")
+    parser.add_argument("--output", type=Path, required=True, help="folder for completions.jsonl")
+    args = parser.parse_args(argv)
+    cfg = SamplingConfig.from_dict(args.config)
+    completions, summary_path = args.output / "completions.jsonl", args.output / "rewards.json"
+    samples_path = args.samples / "samples.jsonl"
+    with StepRun(
+        STAGE,
+        "qrpo_score",
+        args.config,
+        inputs=[args.model, samples_path, args.prompts],
+        outputs=[completions, summary_path],
+        manifest=args.manifest,
+        seed=cfg.seed,
+    ) as step:
+        prompts = load_prompts(args.prompts)
+        samples = read_samples(samples_path, prompts, cfg.n_samples)
+        folder = check_hf_folder(args.model, "model")
+        tokenizer = load_hf_tokenizer(folder, "model")
+        # The model's vocabulary, not the tokenizer's: an export may pad the embedding beyond
+        # the tokenizer, and a sampler can draw those ids (decoding skips them).
+        vocab = AutoConfig.from_pretrained(str(folder)).get_text_config().vocab_size
+        by_id = {p.id: p for p in prompts}
+        rendered: dict[str, list[int]] = {}
+        for s in samples:
+            if s.prompt_id not in rendered:
+                p = by_id[s.prompt_id]
+                rendered[p.id] = render_chat(
+                    tokenizer, p.messages, add_generation_prompt=True, where=f"prompt {p.id}"
+                )
+            if s.prompt_ids != rendered[s.prompt_id]:
+                raise ApertusError(
+                    f"{samples_path}: sample {s.prompt_id}:{s.sample_index} was not sampled from "
+                    f"this prompt in {args.prompts} with the tokenizer of {folder}"
+                )
+            if max(s.completion_ids) >= vocab:
+                raise ApertusError(
+                    f"{samples_path}: sample {s.prompt_id}:{s.sample_index} has token ids "
+                    f"outside the vocabulary of {folder} ({vocab})"
+                )
+        reward = build_reward(cfg.reward)
+        rewards = reward.score(_exchanges(samples, prompts))
+        del reward
+        logps = reference_logprobs(
+            folder, samples, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device
+        )
+        records = completion_records(samples, rewards, logps)
+        args.output.mkdir(parents=True, exist_ok=True)
+        with atomic_open(completions) as f:
+            for record in records:
+                f.write(json.dumps(record) + "\n")
+        summary = summarize_rewards([s.language for s in samples], rewards).as_dict()
+        summary.update(reward=asdict(cfg.reward), prompts=len(prompts), samples=len(samples))
+        atomic_write_json(summary_path, summary)
+        step.summary.update(
+            prompts=len(prompts),
+            completions=len(records),
+            mean_reward=summary["mean"],
+            mean_reference_logp=math.fsum(logps) / len(logps),
+        )
+
+
+def _model_argument(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(f"--model takes NAME=FOLDER, not {text!r}")
+    return name, Path(folder)
+
+
+def reward_comparison(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each model against the first (the baseline, e.g. the SFT model): the difference of mean
+    rewards, and the fraction of prompts where its reward is higher (win) or equal (tie)."""
+    names = list(results)
+    base = results[names[0]]["prompts"]
+    comparison = {}
+    for name in names[1:]:
+        own = results[name]["prompts"]
+        diffs = [own[pid]["reward"] - base[pid]["reward"] for pid in base]
+        comparison[name] = {
+            "mean_delta": results[name]["mean"] - results[names[0]]["mean"],
+            "win_rate": sum(d > 0 for d in diffs) / len(diffs),
+            "tie_rate": sum(d == 0 for d in diffs) / len(diffs),
+        }
+    return comparison
+
+
+def report_markdown(report: Mapping[str, Any]) -> str:
+    text = _reward_table(
+        report,
+        report["models"],
+        report["comparison"],
+        f"# Mean reward ({report['reward']['kind']}) of greedy answers, "
+        f"{report['prompt_count']} held-out prompts",
+    )
+    if "sampled" in report:
+        sampled = report["sampled"]
+        text += "\n" + _reward_table(
+            report,
+            sampled["models"],
+            sampled["comparison"],
+            f"# Mean reward of {sampled['n']} samples per prompt at temperature "
+            f"{sampled['temperature']} (the policy's expected reward)",
+        )
+    return text
+
+
+def _reward_table(report, models, comparison, title: str) -> str:
+    languages = sorted({lang for r in models.values() for lang in r["per_language"]})
+    head = ["model", "mean reward", *languages, "Δ mean vs " + report["baseline"], "win rate"]
+    lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in report["order"]:
+        r, cmp = models[name], comparison.get(name)
+        cells = [
+            name,
+            f"{r['mean']:.4f}",
+            *(
+                f"{r['per_language'][lang]['mean']:.4f}" if lang in r["per_language"] else "-"
+                for lang in languages
+            ),
+            f"{cmp['mean_delta']:+.4f}" if cmp else "-",
+            f"{cmp['win_rate']:.2f}" if cmp else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _report(argv: list[str]) -> None:
+    parser = stage_parser(STAGE, "Mean reward of greedy answers per model (SFT vs aligned).")
+    parser.add_argument(
+        "--model",
+        type=_model_argument,
+        action="append",
+        required=True,
+        help="NAME=FOLDER; the first is the baseline",
+    )
+    parser.add_argument("--prompts", type=Path, required=True, help="held-out prompts (JSONL)")
+    parser.add_argument("--output", type=Path, required=True, help="the report (JSON)")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown")
+    args = parser.parse_args(argv)
+    cfg = SamplingConfig.from_dict(args.config)
+    names = [name for name, _ in args.model]
+    if len(set(names)) != len(names):
+        raise ApertusError(f"--model names must differ: {', '.join(names)}")
+    outputs = [args.output] + ([args.markdown] if args.markdown else [])
+    from apertus.posttrain.rewards import mean_reward
+
+    with StepRun(
+        STAGE,
+        "qrpo_report",
+        args.config,
+        inputs=[args.prompts, *(folder for _, folder in args.model)],
+        outputs=outputs,
+        manifest=args.manifest,
+        seed=cfg.seed,
+    ) as step:
+        prompts = load_prompts(args.prompts)
+        reward = build_reward(cfg.reward)
+        results, sampled = {}, {}
+        options = {
+            "max_new_tokens": cfg.max_new_tokens,
+            "batch_size": cfg.batch_size,
+            "dtype": cfg.dtype,
+            "device": cfg.device,
+        }
+        for name, folder in args.model:
+            result = mean_reward(folder, prompts, reward, **options)
+            results[name] = {"folder": str(folder), **result}
+            # The policy's expected reward: n samples per prompt at the sampling temperature
+            # (seeded apart from the QRPO samples).
+            sampled[name] = mean_reward(
+                folder,
+                prompts,
+                reward,
+                n=cfg.n_samples,
+                temperature=cfg.temperature,
+                seed=cfg.seed + 1,
+                **options,
+            )
+        report = {
+            "reward": asdict(cfg.reward),
+            "prompt_count": len(prompts),
+            "baseline": names[0],
+            "order": names,  # the JSON's keys are sorted; this is the order given
+            "models": results,
+            "comparison": reward_comparison(results),
+            "sampled": {
+                "n": cfg.n_samples,
+                "temperature": cfg.temperature,
+                "models": sampled,
+                "comparison": reward_comparison(sampled),
+            },
+        }
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(args.output, report)
+        if args.markdown:
+            args.markdown.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(args.markdown, report_markdown(report))
+        step.summary.update(
+            prompts=len(prompts),
+            mean_reward={n: r["mean"] for n, r in results.items()},
+            mean_sampled_reward={n: r["mean"] for n, r in sampled.items()},
+        )
+
+
+COMMANDS = {"sample": _sample, "score": _score, "report": _report}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        raise ApertusError(
+            f"usage: python -m apertus.posttrain.sampling {{{','.join(COMMANDS)}}} ... "
+            f"(got {argv[0] if argv else 'nothing'!r})"
+        )
+    COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    run_main(main)

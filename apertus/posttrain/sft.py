@@ -1,0 +1,115 @@
+"""Step `posttrain_sft`: supervised fine-tuning on torchtitan (RECIPE.md §7).
+
+    python -m apertus.posttrain.sft --config JSON --manifest M --sft-data DIR --previous DIR
+        --output DIR --work-root DIR
+
+From the weights of the last pretraining stage (`--previous`, its run.json), on the rows of an
+SFT data directory (`apertus.posttrain.sft_data`): the loss on completions only, `epochs`
+passes, linear warmup over `warmup_ratio` of the steps then linear decay to 0, AdEMAMix with
+alpha 8, beta3 0.999 and both warmups over all steps, no weight decay, gradient clipping, no
+Goldfish. The run is the pretraining stages' torchtitan run (`apertus.train.stage.
+train_and_record`): resumable from its last checkpoint, and its output (run.json, metrics)
+exports and evaluates like theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from apertus.core import ApertusError
+from apertus.core.stage import StepRun, run_main, stage_parser
+
+NAME = "sft"
+
+
+def sft_run_spec(cfg: dict[str, Any], sft_dir: Path, previous: dict[str, Any]) -> dict:
+    """The torchtitan run spec of SFT (`posttrain.sft` config, the data's record, the previous
+    stage's run.json)."""
+    from apertus.posttrain.sft_data import read_sft_record
+
+    record = read_sft_record(sft_dir)
+    steps = record["examples"] * cfg["epochs"] // cfg["global_batch"]
+    if steps < 1:
+        raise ApertusError(
+            f"{sft_dir}: {record['examples']} conversations x {cfg['epochs']} epoch(s) are fewer "
+            f"than one global batch of {cfg['global_batch']}"
+        )
+    overrides = dict(previous["model_overrides"])
+    overrides["max_seq_len"] = max(overrides.get("max_seq_len", 0), record["max_len"])
+    return {
+        "flavor": previous["flavor"],
+        "model_overrides": overrides,
+        "sft_data": str(sft_dir),
+        "sft_epochs": cfg["epochs"],
+        "seq_len": record["max_len"],
+        "micro_batch": math.gcd(cfg["micro_batch"], cfg["global_batch"]),
+        "global_batch": cfg["global_batch"],
+        "steps": steps,
+        "lr": {
+            "kind": "linear",
+            "peak": cfg["lr"],
+            "warmup_steps": math.ceil(cfg["warmup_ratio"] * steps),
+        },
+        # RECIPE §7: alpha 8, beta3 0.999 in code, T = total steps, no weight decay.
+        "ademamix": {
+            "betas": [0.9, 0.999, 0.999],
+            "alpha": 8.0,
+            "t_alpha": steps,
+            "t_beta3": steps,
+            "weight_decay": 0.0,
+        },
+        "grad_clip": cfg["grad_clip"],
+        "goldfish": {"enabled": False},
+        "seed": cfg["seed"],
+        "tensorboard": True,
+        "checkpoint": {
+            "interval": cfg["checkpoint_interval"],
+            "initial": previous["final_checkpoint"],
+            "initial_mode": "weights",
+        },
+    }
+
+
+def main(argv=None):
+    from apertus.core.files import atomic_write_json
+    from apertus.train.stage import train_and_record
+
+    parser = stage_parser("posttrain", __doc__.splitlines()[0])
+    parser.add_argument("--sft-data", type=Path, required=True)
+    parser.add_argument("--previous", type=Path, required=True, help="the last pretraining stage")
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--work-root", type=Path, required=True)
+    args = parser.parse_args(argv)
+    cfg = args.config
+    try:
+        previous = json.loads((args.previous / "run.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ApertusError(f"{args.previous / 'run.json'}: unreadable ({e})") from None
+    spec = sft_run_spec(cfg, args.sft_data, previous)
+    with StepRun(
+        "posttrain",
+        NAME,
+        cfg,
+        inputs=[args.sft_data, args.previous],
+        outputs=[args.output],
+        manifest=args.manifest,
+        seed=cfg["seed"],
+    ) as step:
+        record = train_and_record(
+            step,
+            spec,
+            name=NAME,
+            key_material=[(args.sft_data / "sft.json").read_text(), previous],
+            work_root=args.work_root,
+            output=args.output,
+            nproc=cfg["nproc"],
+        )
+        atomic_write_json(args.output / "run.json", record)
+        step.summary.update({k: v for k, v in record.items() if k != "model_overrides"})
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,190 @@
+# Post-training (RECIPE.md §7): the instruction set -> SFT data -> SFT on torchtitan from the
+# last pretraining stage -> QRPO: reference samples from the exported SFT model, rewards,
+# quantiles and reference log-probs -> QRPO training -> the reward report (SFT vs aligned).
+# The SFT and QRPO models are exported and evaluated by workflow/rules/evaluate.smk.
+# Code: apertus/posttrain/. Config: `posttrain:` (config/README.md). Tests: tests/posttrain/.
+
+POSTTRAIN = config["posttrain"]
+POSTTRAIN_STAGES = ["sft", "qrpo"] if POSTTRAIN["enabled"] else []
+POSTTRAIN_INSTRUCTIONS = stage_path("posttrain", "instructions")
+
+
+rule posttrain_instructions:
+    output:
+        out=directory(POSTTRAIN_INSTRUCTIONS),
+        manifest=stage_path("posttrain", "instructions.manifest.json"),
+    log:
+        log_path("posttrain", "instructions"),
+    benchmark:
+        benchmark_path("posttrain", "instructions")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "instructions"),
+    shell:
+        "python -m apertus.posttrain.instructions --config {params.config:q}"
+        " --manifest {output.manifest} --output {output.out} > {log} 2>&1"
+
+
+rule posttrain_sft_data:
+    input:
+        instructions=POSTTRAIN_INSTRUCTIONS,
+        tokenizer=TOKENIZE_TOKENIZER,
+    output:
+        out=directory(stage_path("posttrain", "sft_data")),
+        manifest=stage_path("posttrain", "sft_data.manifest.json"),
+    log:
+        log_path("posttrain", "sft_data"),
+    benchmark:
+        benchmark_path("posttrain", "sft_data")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "sft_data"),
+    shell:
+        "python -m apertus.posttrain.sft_data --config {params.config:q}"
+        " --manifest {output.manifest} --conversations {input.instructions}/train.jsonl"
+        " --tokenizer {input.tokenizer} --output {output.out} > {log} 2>&1"
+
+
+rule posttrain_sft:
+    input:
+        sft_data=rules.posttrain_sft_data.output.out,
+        previous=stage_path("pretrain", PRETRAIN_STAGES[-1]),
+    output:
+        out=directory(stage_path("posttrain", "sft")),
+        manifest=stage_path("posttrain", "sft.manifest.json"),
+    log:
+        log_path("posttrain", "sft"),
+    benchmark:
+        benchmark_path("posttrain", "sft")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("posttrain")
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "sft"),
+        work_root=lambda wildcards, output: os.path.join(
+            os.path.dirname(output.out), "_work"
+        ),
+    shell:
+        "python -m apertus.posttrain.sft --config {params.config:q} --manifest {output.manifest}"
+        " --sft-data {input.sft_data} --previous {input.previous} --output {output.out}"
+        " --work-root {params.work_root} > {log} 2>&1"
+
+
+rule posttrain_qrpo_sample:
+    input:
+        model=stage_path("export", "sft"),
+        instructions=POSTTRAIN_INSTRUCTIONS,
+    output:
+        out=directory(stage_path("posttrain", "qrpo_samples")),
+        manifest=stage_path("posttrain", "qrpo_samples.manifest.json"),
+    log:
+        log_path("posttrain", "qrpo_samples"),
+    benchmark:
+        benchmark_path("posttrain", "qrpo_samples")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("posttrain")
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "qrpo_data"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling sample"
+        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
+        " --prompts {input.instructions}/qrpo.jsonl --output {output.out} > {log} 2>&1"
+
+
+rule posttrain_qrpo_score:
+    input:
+        model=stage_path("export", "sft"),
+        samples=rules.posttrain_qrpo_sample.output.out,
+        instructions=POSTTRAIN_INSTRUCTIONS,
+    output:
+        out=directory(stage_path("posttrain", "qrpo_scored")),
+        manifest=stage_path("posttrain", "qrpo_scored.manifest.json"),
+    log:
+        log_path("posttrain", "qrpo_scored"),
+    benchmark:
+        benchmark_path("posttrain", "qrpo_scored")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("posttrain")
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "qrpo_data"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling score"
+        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
+        " --samples {input.samples} --prompts {input.instructions}/qrpo.jsonl"
+        " --output {output.out} > {log} 2>&1"
+
+
+rule posttrain_qrpo:
+    input:
+        sft=rules.posttrain_sft.output.out,
+        scored=rules.posttrain_qrpo_score.output.out,
+    output:
+        out=directory(stage_path("posttrain", "qrpo")),
+        manifest=stage_path("posttrain", "qrpo.manifest.json"),
+    log:
+        log_path("posttrain", "qrpo"),
+    benchmark:
+        benchmark_path("posttrain", "qrpo")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("posttrain")
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "qrpo"),
+        work_dir=lambda wildcards, output: os.path.join(
+            os.path.dirname(output.out), "_work"
+        ),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.qrpo_train"
+        " --config {params.config:q} --manifest {output.manifest} --sft-run {input.sft}"
+        " --completions {input.scored}/completions.jsonl --output {output.out}"
+        " --work-dir {params.work_dir} > {log} 2>&1"
+
+
+rule posttrain_report:
+    input:
+        sft=stage_path("export", "sft"),
+        qrpo=stage_path("export", "qrpo"),
+        instructions=POSTTRAIN_INSTRUCTIONS,
+    output:
+        json=stage_path("posttrain", "reward_report.json"),
+        markdown=stage_path("posttrain", "reward_report.md"),
+        manifest=stage_path("posttrain", "reward_report.manifest.json"),
+    log:
+        log_path("posttrain", "reward_report"),
+    benchmark:
+        benchmark_path("posttrain", "reward_report")
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("posttrain")
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "qrpo_data"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling report"
+        " --config {params.config:q} --manifest {output.manifest} --model sft={input.sft}"
+        " --model qrpo={input.qrpo} --prompts {input.instructions}/heldout.jsonl"
+        " --output {output.json} --markdown {output.markdown} > {log} 2>&1"
+
+
+if POSTTRAIN["enabled"]:
+
+    TARGETS.append(rules.posttrain_report.output.manifest)
