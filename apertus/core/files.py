@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from apertus.core import ApertusError
+
 _CHUNK = 1 << 20
 
 
@@ -82,3 +84,29 @@ def replace_directory(built: str | os.PathLike, target: str | os.PathLike) -> No
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(built, target)
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The objects of a JSON Lines file with where each comes from (``"PATH, line N"``), blank
+    lines skipped. A missing or unreadable file, a line that is not JSON or not an object is an
+    ApertusError naming the file and line; what an object must hold is the caller's check."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ApertusError(f"{path}: not found") from None
+    except UnicodeDecodeError as e:
+        raise ApertusError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ApertusError(f"{path}: unreadable: {e}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ApertusError(f"{where}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ApertusError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        yield where, row

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_open, atomic_write_text
+from apertus.core.files import atomic_open, atomic_write_text, read_jsonl
 from apertus.core.stage import StepRun, run_main, stage_parser
 
 SOURCE = "probes"
@@ -238,22 +238,9 @@ def read_probes(path: Path) -> list[Probe]:
     """Probes and controls from a ``probes.jsonl``; ApertusError naming the file and line for
     a malformed line or a repeated id."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ApertusError(f"cannot read probes file {path}: {e}") from None
     probes: list[Probe] = []
     ids: set[str] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ApertusError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise ApertusError(f"{where}: expected an object")
+    for where, row in read_jsonl(path):
         probe_id, text, exposures, language = (
             row.get(k) for k in ("probe_id", "text", "exposures", "language")
         )

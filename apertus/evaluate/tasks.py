@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, replace_directory, sha256_text
+from apertus.core.files import atomic_write_json, read_jsonl, replace_directory, sha256_text
 
 TEMPLATES = Path(__file__).parent / "task_templates"
 MC_TEMPLATE = "_apertus_mc_template_yaml"
@@ -183,22 +183,9 @@ def read_heldout(heldout_dir: str | os.PathLike) -> Heldout:
 
 def _read_heldout_file(path: Path) -> tuple[list[HeldoutDocument], int]:
     documents: list[HeldoutDocument] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, str] = {}
     empty = 0
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise ApertusError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ApertusError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise ApertusError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    for where, row in read_jsonl(path):
         for key in ("id", "text"):
             if not isinstance(row.get(key), str):
                 raise ApertusError(f"{where}: {key!r} must be a string, got {row.get(key)!r:.60}")
@@ -207,8 +194,8 @@ def _read_heldout_file(path: Path) -> tuple[list[HeldoutDocument], int]:
         except UnicodeEncodeError as e:
             raise ApertusError(f"{where}: text is not valid Unicode ({e.reason})") from None
         if row["id"] in seen:
-            raise ApertusError(f"{where}: id {row['id']!r} already on line {seen[row['id']]}")
-        seen[row["id"]] = number
+            raise ApertusError(f"{where}: id {row['id']!r} already at {seen[row['id']]}")
+        seen[row["id"]] = where
         if not row["text"].strip():
             empty += 1
             continue

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_open, canonical_json
+from apertus.core.files import atomic_open, canonical_json, read_jsonl
 from apertus.core.stage import StepRun, run_main, stage_parser
 
 __all__ = [
@@ -565,21 +565,8 @@ def to_prompt(conversation: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path, check: Callable[[Any, str], dict[str, Any]]) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ApertusError(f"{path}: not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ApertusError(f"{path}: unreadable: {e}") from None
     items, ids = [], set()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ApertusError(f"{where}: not valid JSON ({e.msg})") from None
+    for where, data in read_jsonl(path):
         item = check(data, where)
         if item["id"] in ids:
             raise ApertusError(f"{where}: duplicate id {item['id']!r}")

@@ -269,7 +269,7 @@ def test_rebuild_replaces_a_task_directory_but_not_a_foreign_one(tmp_path, heldo
         ('["a", "list"]', "expected a JSON object"),
         ('{"id": 5, "text": "x"}', "'id' must be a string"),
         ('{"id": "x-1"}', "'text' must be a string"),
-        ('{"id": "de-doc-000", "text": "same id again"}', "already on line 1"),
+        ('{"id": "de-doc-000", "text": "same id again"}', "already at .*, line 1"),
         ('{"id": "x-2", "text": "lone \\ud800 surrogate"}', "not valid Unicode"),
     ],
 )

@@ -274,7 +274,7 @@ def test_local_jsonl_is_read_and_a_bad_line_is_named(tmp_path):
     not_last = conversation(3)
     not_last["messages"] = not_last["messages"][:1]
     cases = [
-        ([conversation(0), "{not json"], r"bad.jsonl line 2: not valid JSON"),
+        ([conversation(0), "{not json"], r"bad.jsonl, line 2: not valid JSON"),
         ([conversation(0), conversation(1), bad_role], r"line 3: message 0 has role 'tool'"),
         ([not_last], r"line 1: the last message must be an assistant turn"),
         ([conversation(0), conversation(0)], r"line 2: duplicate id 'c0'"),
