@@ -491,14 +491,7 @@ def main(argv=None):
     cfg = MemorizationConfig.from_dict(section)
     if bool(args.phases) == bool(args.runs):
         raise ApertusError("give either --phases (planned data) or --runs (trained data)")
-    compare: dict[str, Path] = {}
-    for item in args.compare:
-        label, sep, path = item.partition("=")
-        if not sep or not label or not path:
-            raise ApertusError(f"--compare takes LABEL=PATH, got {item!r}")
-        if label == cfg.label or label in compare:
-            raise ApertusError(f"--compare label {label!r} is used twice (this run: {cfg.label!r})")
-        compare[label] = Path(path)
+    compare = labelled_paths(args.compare, "--compare", taken=cfg.label)
     inputs = [args.model, args.probes, args.tokenizer, *args.phases, *args.runs, *compare.values()]
     with StepRun(
         "evaluate",
@@ -534,6 +527,20 @@ def main(argv=None):
         )
 
 
+def labelled_paths(items: list[str], flag: str, taken: str | None = None) -> dict[str, Path]:
+    """``LABEL=PATH`` arguments of `flag` as {label: path}; a malformed one or a label used
+    twice (or equal to `taken`, this run's own) is an ApertusError."""
+    out: dict[str, Path] = {}
+    for item in items:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            raise ApertusError(f"{flag} takes LABEL=PATH, got {item!r}")
+        if label == taken or label in out:
+            raise ApertusError(f"{flag} label {label!r} is used twice")
+        out[label] = Path(path)
+    return out
+
+
 def plot_main(argv=None):
     """``python -m apertus.evaluate.memorization plot --curve LABEL=JSON ... --output PNG``:
     the curves of several runs in one plot (e.g. the default and config/variants/no-goldfish.yaml),
@@ -545,14 +552,9 @@ def plot_main(argv=None):
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     curves: dict[str, dict[str, Any]] = {}
-    for item in args.curve:
-        label, sep, path = item.partition("=")
-        if not sep or not label or not path:
-            raise ApertusError(f"--curve takes LABEL=PATH, got {item!r}")
-        if label in curves:
-            raise ApertusError(f"--curve label {label!r} is used twice")
+    for label, path in labelled_paths(args.curve, "--curve").items():
         try:
-            curves[label] = json.loads(Path(path).read_text(encoding="utf-8"))
+            curves[label] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             raise ApertusError(f"cannot read memorization results {path}: {e}") from None
     plot_curves(curves, args.output)

@@ -99,27 +99,36 @@ def _no_unknown_keys(raw: dict[str, Any], cls: type, where: str) -> None:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What the export needs from a pretraining stage's ``run.json``."""
+    """What the export (and QRPO) need from a training stage's ``run.json``."""
 
     name: str
     final_checkpoint: Path
     flavor: str
     model_overrides: dict[str, Any]
     seq_len: int
+    source: Path = Path(RUN_RECORD)
+    """The run.json it was read from, named in errors."""
 
     def model_config(self) -> ApertusModel.Config:
         """The model the run trained: its flavor with its overrides, on SDPA attention (the
-        backend changes no weight; SDPA runs on CPU)."""
+        backend changes no weight; SDPA runs on CPU). A bad flavor or override is an
+        ApertusError naming the run.json."""
         from apertus.model.config_registry import flavor
 
-        return flavor(self.flavor, **{**self.model_overrides, "attn_backend": "sdpa"})
+        try:
+            return flavor(self.flavor, **{**self.model_overrides, "attn_backend": "sdpa"})
+        except ApertusError as e:
+            raise ApertusError(f"{self.source}: {e}") from None
 
 
 def read_run_record(run_dir: Path) -> RunRecord:
     """``run_dir/run.json``, checked: ApertusError naming the file and the bad key."""
     path = run_dir / RUN_RECORD
     if not path.is_file():
-        raise ApertusError(f"{path} does not exist: --run must be a pretraining stage's output")
+        raise ApertusError(
+            f"{path} does not exist: expected a training stage's output (pretrain/<stage>, "
+            "posttrain/sft, posttrain/qrpo)"
+        )
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -146,6 +155,7 @@ def read_run_record(run_dir: Path) -> RunRecord:
         flavor=raw["flavor"],
         model_overrides=dict(raw["model_overrides"]),
         seq_len=raw["seq_len"],
+        source=path,
     )
 
 
@@ -162,10 +172,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     cfg = ExportConfig.from_dict(args.config)
     record = read_run_record(args.run)
-    try:
-        model_config = record.model_config()
-    except ApertusError as e:
-        raise ApertusError(f"{args.run / RUN_RECORD}: {e}") from None
+    model_config = record.model_config()
     if not (record.final_checkpoint / ".metadata").is_file():
         raise ApertusError(
             f"checkpoint {record.final_checkpoint} named by {args.run / RUN_RECORD} is "

@@ -556,10 +556,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     cfg = QRPOConfig.from_dict(args.config)
     sft = read_run_record(args.sft_run)
-    try:
-        model_config = sft.model_config()
-    except ApertusError as e:
-        raise ApertusError(f"{args.sft_run / RUN_RECORD}: {e}") from None
+    model_config = sft.model_config()
     device = resolve_device(cfg.device)
     completions = read_completions(
         args.completions, vocab_size=model_config.vocab_size, max_seq_len=model_config.max_seq_len

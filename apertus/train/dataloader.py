@@ -64,12 +64,19 @@ EOD_ID = 2
 
 # The loader built last in this process: the metrics component reads its mask counts (the
 # trainer gives the metrics component no handle on the loader).
-_ACTIVE: PhaseDataLoader | None = None
+_ACTIVE: Any = None
 
 
-def active_loader() -> PhaseDataLoader | None:
-    """The `PhaseDataLoader` built last in this process, or None."""
+def active_loader() -> Any:
+    """The data loader built last in this process (a `PhaseDataLoader` or an SFT loader, each
+    with `mask_counts`), or None."""
     return _ACTIVE
+
+
+def set_active_loader(loader: Any) -> None:
+    """Make `loader` the one whose loss-mask counts the metrics log; every loader calls it."""
+    global _ACTIVE
+    _ACTIVE = loader
 
 
 @dataclass
@@ -180,7 +187,6 @@ class PhaseDataLoader(BaseDataLoader):
         local_batch_size: int,
         snapshot_every_n_steps: int | None = None,
     ) -> None:
-        global _ACTIVE
         # snapshot_every_n_steps is torchdata's state-snapshot cadence; this loader's state is one
         # counter that is exact after every micro-batch, so it needs none.
         del snapshot_every_n_steps
@@ -217,7 +223,7 @@ class PhaseDataLoader(BaseDataLoader):
         self.goldfish = (config.goldfish_k, config.goldfish_h) if config.goldfish else None
         self.windows_consumed = 0
         self.mask_counts = LossMaskCounts()
-        _ACTIVE = self
+        set_active_loader(self)
 
     @property
     def windows_per_round(self) -> int:

@@ -40,8 +40,7 @@ from torchtitan.components.tokenizer import BaseTokenizer
 
 from apertus.core import ApertusError
 from apertus.posttrain.sft_data import SFTData, read_sft_record
-from apertus.train import dataloader as phase_loader
-from apertus.train.dataloader import LossMaskCounts
+from apertus.train.dataloader import LossMaskCounts, set_active_loader
 
 __all__ = ["SFTDataLoader", "SFTVocabulary", "epoch_order"]
 
@@ -137,11 +136,9 @@ class SFTDataLoader(BaseDataLoader):
         self.samples_consumed = 0
         self.mask_counts = LossMaskCounts()
         self._order: tuple[int, np.ndarray] | None = None
-        # ApertusMetrics logs the label counts of the loader `dataloader.active_loader()`
-        # returns, which is the last PhaseDataLoader built; an SFT run builds none, so this
-        # loader takes that place (its counts: kept = completion labels, nothing EOD-masked
-        # or dropped by Goldfish).
-        phase_loader._ACTIVE = self  # type: ignore[assignment]
+        # ApertusMetrics logs the label counts of the active loader (kept = completion labels,
+        # nothing EOD-masked or dropped by Goldfish).
+        set_active_loader(self)
 
     @property
     def rows(self) -> int:
