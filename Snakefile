@@ -10,6 +10,7 @@ include: "workflow/rules/tokenize.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/posttrain.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/release.smk"
 
 
 check_stage_contract()

@@ -4,6 +4,10 @@
     apertus config show  [-c PRESET.yaml ...] [KEY=VALUE ...]   print it with every default filled
     apertus config docs  [--check]                              regenerate config/README.md
     apertus version                                             code and package versions
+    apertus audit PATH [--json]                  re-hash a release folder or a run directory
+    apertus audit RUN_DIR --rerun STEP [--scratch DIR]   re-run one step, compare its outputs
+    apertus explain [-c FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME] [-- ARGS]
+                                                 which jobs a config change re-runs, and why
 
 Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
 """
@@ -13,9 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import yaml
 
+from apertus.audit.checksums import audit_path, render_report
+from apertus.audit.explain import explain_changes, render_plan
+from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.config import load_config, render_reference
 from apertus.core.files import atomic_write_text
@@ -54,7 +62,56 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("version", help="print the code version and key package versions")
+
+    audit = commands.add_parser(
+        "audit",
+        help="verify every checksum of a release folder or run directory, or re-run one step",
+        description="Exit 0: everything matches; 1: a mismatch; 2: unusable input.",
+    )
+    audit.add_argument("path", type=Path, help="a release folder or a run dir (results/<run>)")
+    audit.add_argument("--json", action="store_true", help="print the report as JSON")
+    audit.add_argument(
+        "--rerun",
+        metavar="STEP",
+        help="re-execute one recorded step (its manifest path in the run dir, e.g. "
+        "evaluate/lm_eval/phase1, or STAGE/STEP when unique) and compare its outputs",
+    )
+    audit.add_argument(
+        "--scratch",
+        type=Path,
+        help="empty directory for the re-run's outputs (default: a new temporary directory)",
+    )
+
+    explain = commands.add_parser(
+        "explain",
+        help="which jobs `snakemake` would re-run with this config, and why (a dry run)",
+        description="Arguments after `--` go to snakemake.",
+    )
+    _add_config_sources(explain)
+    explain.add_argument("--results-dir", help="results_dir of the run to compare with")
+    explain.add_argument("--run", help="name of the run to compare with")
+    explain.add_argument("--json", action="store_true", help="print the plan as JSON")
     return parser
+
+
+def _audit(args: argparse.Namespace) -> int:
+    if args.rerun:
+        report = rerun_step(args.path, args.rerun, args.scratch)
+        print(json.dumps(report.to_json(), indent=2) if args.json else render_rerun(report))
+    else:
+        if args.scratch:
+            raise ApertusError("--scratch goes with --rerun")
+        report = audit_path(args.path)
+        print(json.dumps(report.to_json(), indent=2) if args.json else render_report(report))
+    return 0 if report.ok else 1
+
+
+def _explain(args: argparse.Namespace, snakemake_args: list[str]) -> int:
+    plan = explain_changes(
+        args.configfile, args.overrides, args.results_dir, args.run, snakemake_args
+    )
+    print(json.dumps(plan.to_json(), indent=2) if args.json else render_plan(plan))
+    return 0
 
 
 def _config_docs(check: bool) -> int:
@@ -72,7 +129,18 @@ def _config_docs(check: bool) -> int:
 
 
 def run(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # `apertus explain ... -- --forcerun rule`: the rest goes to snakemake
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1 :]
     args = build_parser().parse_args(argv)
+    if extra and args.command != "explain":
+        raise ApertusError("arguments after `--` are for `apertus explain` only")
+    if args.command == "audit":
+        return _audit(args)
+    if args.command == "explain":
+        return _explain(args, extra)
     if args.command == "version":
         print(json.dumps({"code": code_version(), "packages": package_versions()}, indent=2))
         return 0

@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -108,6 +109,27 @@ def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str | Non
     return versions
 
 
+def step_command(argv: Iterable[str] | None = None) -> list[str] | None:
+    """The step's command line as run, without the interpreter: ``["-m", "apertus.<module>",
+    ...]``, so ``apertus audit --rerun`` can start it again with any Python. None when the
+    process was not started as ``python [options] -m apertus...`` (a test calling ``main()``,
+    an interactive session): there is no command to replay then.
+    """
+    argv = list(sys.orig_argv if argv is None else argv)
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            module = argv[i + 1] if i + 1 < len(argv) else ""
+            if module == "apertus" or module.startswith("apertus."):
+                return argv[i:]
+            return None
+        if arg == "-c" or not arg.startswith("-"):  # `python -c ...` or a script path
+            return None
+        i += 2 if arg in ("-X", "-W") else 1  # interpreter options that take a value
+    return None
+
+
 def build_manifest(
     *,
     stage: str,
@@ -139,6 +161,10 @@ def build_manifest(
         "seconds": round((ended - started).total_seconds(), 3),
         "host": socket.gethostname(),
         "summary": summary or {},
+        # How to start the step again (`apertus audit --rerun`); relative paths in it are
+        # relative to `cwd`.
+        "command": step_command(),
+        "cwd": os.getcwd(),
     }
 
 

@@ -786,15 +786,22 @@ def _model_argument(text: str) -> tuple[str, Path]:
 
 def reward_comparison(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Each model against the first (the baseline, e.g. the SFT model): the difference of mean
-    rewards, and the fraction of prompts where its reward is higher (win) or equal (tie)."""
+    rewards with the standard error of the paired per-prompt differences (sample standard
+    deviation / sqrt(prompts); 0 for a single prompt), and the fraction of prompts where its
+    reward is higher (win) or equal (tie)."""
     names = list(results)
     base = results[names[0]]["prompts"]
     comparison = {}
     for name in names[1:]:
         own = results[name]["prompts"]
         diffs = [own[pid]["reward"] - base[pid]["reward"] for pid in base]
+        mean = math.fsum(diffs) / len(diffs)
+        variance = (
+            math.fsum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) if len(diffs) > 1 else 0.0
+        )
         comparison[name] = {
             "mean_delta": results[name]["mean"] - results[names[0]]["mean"],
+            "delta_stderr": math.sqrt(variance / len(diffs)),
             "win_rate": sum(d > 0 for d in diffs) / len(diffs),
             "tie_rate": sum(d == 0 for d in diffs) / len(diffs),
         }
@@ -802,28 +809,37 @@ def reward_comparison(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dic
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
+    """The policy's expected reward first (what QRPO maximises), then greedy answers."""
+    sampled = report["sampled"]
     text = _reward_table(
         report,
-        report["models"],
-        report["comparison"],
-        f"# Mean reward ({report['reward']['kind']}) of greedy answers, "
-        f"{report['prompt_count']} held-out prompts",
+        sampled["models"],
+        sampled["comparison"],
+        f"# Expected reward ({report['reward']['kind']}) of each policy on "
+        f"{report['prompt_count']} held-out prompts: mean of {sampled['n']} samples per "
+        f"prompt at temperature {sampled['temperature']}",
     )
-    if "sampled" in report:
-        sampled = report["sampled"]
-        text += "\n" + _reward_table(
+    return (
+        text
+        + "\n"
+        + _reward_table(
             report,
-            sampled["models"],
-            sampled["comparison"],
-            f"# Mean reward of {sampled['n']} samples per prompt at temperature "
-            f"{sampled['temperature']} (the policy's expected reward)",
+            report["models"],
+            report["comparison"],
+            f"# Reward of greedy answers, {report['prompt_count']} held-out prompts",
         )
-    return text
+    )
 
 
 def _reward_table(report, models, comparison, title: str) -> str:
     languages = sorted({lang for r in models.values() for lang in r["per_language"]})
-    head = ["model", "mean reward", *languages, "Δ mean vs " + report["baseline"], "win rate"]
+    head = [
+        "model",
+        "mean reward",
+        *languages,
+        "Δ mean vs " + report["baseline"] + " (± s.e.)",
+        "win rate",
+    ]
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in report["order"]:
         r, cmp = models[name], comparison.get(name)
@@ -834,7 +850,7 @@ def _reward_table(report, models, comparison, title: str) -> str:
                 f"{r['per_language'][lang]['mean']:.4f}" if lang in r["per_language"] else "-"
                 for lang in languages
             ),
-            f"{cmp['mean_delta']:+.4f}" if cmp else "-",
+            f"{cmp['mean_delta']:+.4f} ± {cmp['delta_stderr']:.4f}" if cmp else "-",
             f"{cmp['win_rate']:.2f}" if cmp else "-",
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -143,6 +143,7 @@ def test_changing_the_suite_reruns_only_evaluation(default_run, tmp_path):
     assert planned_jobs(default_run, tmp_path, text) == {
         "evaluate_checkpoint": 5,
         "evaluate_table": 1,
+        "release": 1,
     }
 
 
@@ -158,4 +159,5 @@ def test_changing_the_export_dtype_reruns_exports_and_their_evaluations(default_
         "posttrain_qrpo_score": 1,
         "posttrain_qrpo": 1,
         "posttrain_report": 1,
+        "release": 1,
     }

@@ -41,8 +41,9 @@ def test_qrpo_trains_on_scored_samples_of_the_sft_model(default_run):
 
 def test_mean_rewards_of_the_sft_and_aligned_models_are_reported(default_run):
     """Greedy answers and 10 samples per prompt (the policy's expected reward, what QRPO
-    optimises), on the held-out prompts, with the same reward. Whether the aligned model's is
-    higher is printed, not asserted: at this scale it is not reliably so (issue 7 is open)."""
+    optimises), on the held-out prompts, with the same reward. The aligned policy's expected
+    reward is higher than the SFT policy's; greedy answers of this tiny model barely move
+    (README, post-training), so their comparison is printed, not asserted."""
     report = json.loads((default_run / "posttrain" / "reward_report.json").read_text())
     for table in (report, report["sampled"]):
         sft, qrpo = table["models"]["sft"], table["models"]["qrpo"]
@@ -57,6 +58,9 @@ def test_mean_rewards_of_the_sft_and_aligned_models_are_reported(default_run):
         f"{report['sampled']['models']['sft']['mean']:.4f}, QRPO "
         f"{report['sampled']['models']['qrpo']['mean']:.4f}"
     )
+    sampled = report["sampled"]
+    assert sampled["models"]["qrpo"]["mean"] > sampled["models"]["sft"]["mean"]
+    assert sampled["comparison"]["qrpo"]["delta_stderr"] > 0
     markdown = (default_run / "posttrain" / "reward_report.md").read_text()
     assert "expected reward" in markdown and "| qrpo |" in markdown
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -550,6 +551,10 @@ def test_report_compares_mean_rewards_of_greedy_answers(workspace, prompts, tmp_
     assert report["comparison"]["aligned"]["win_rate"] == wins
     assert report["comparison"]["aligned"]["mean_delta"] == pytest.approx(
         report["models"]["aligned"]["mean"] - report["models"]["sft"]["mean"]
+    )
+    diffs = [aligned[p]["reward"] - sft[p]["reward"] for p in sft]
+    assert report["comparison"]["aligned"]["delta_stderr"] == pytest.approx(
+        statistics.stdev(diffs) / math.sqrt(len(diffs))
     )
     md = (tmp_path / "report.md").read_text()
     assert "| sft |" in md and "| aligned |" in md and "chrf" in md

@@ -65,6 +65,7 @@ def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
         "evaluate_checkpoint": 3,
         "evaluate_memorization": 3,
         "evaluate_table": 1,
+        "release": 1,
         **POSTTRAIN_JOBS,
     }
 
@@ -77,6 +78,7 @@ def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_pa
         "evaluate_checkpoint": 5,
         "evaluate_memorization": 5,
         "evaluate_table": 1,
+        "release": 1,
         **POSTTRAIN_JOBS,
     }
 

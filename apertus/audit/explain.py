@@ -1,0 +1,347 @@
+"""``apertus explain``: which jobs Snakemake would run with this config, and why.
+
+Runs ``snakemake -n`` (the default ``--rerun-triggers``: missing outputs, params, input, code,
+software environment, modification times) in the repository root with the same config sources
+``apertus config`` takes, and reads the per-job blocks of its dry run::
+
+    rule tokenize_shards:
+        input: ...
+        output: /r/e2e/tokenize/shards/web, /r/e2e/tokenize/shards/web.manifest.json
+        ...
+        reason: Input files updated by another job: /r/e2e/tokenize/tokenizer
+        wildcards: source=web
+
+A "Params have changed" reason carries the params before and now; every rule's ``config``
+param is a subtree of the run configuration (``stage_config``/``stage_subconfig`` in
+workflow/rules/common.smk), so the differing leaves, placed at that subtree in the configuration,
+name the config keys that touch the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from apertus.core import REPO_ROOT, ApertusError
+from apertus.core.config import deep_merge, load_config, parse_override
+
+# The reasons Snakemake joins with "; " (snakemake.jobs.Reason.__str__, 9.x); splitting only
+# before one of them keeps a "; " inside a params value whole.
+REASON_STARTS = (
+    "Forced execution",
+    "Rules with neither input nor output files",
+    "Rules with a run or shell declaration but no output",
+    "Missing output files",
+    "Incomplete output files",
+    "Updated input files",
+    "Input files updated by another job",
+    "Output file is a pipe",
+    "Job provides a service",
+    "Set of input files has changed since last execution",
+    "Code has changed since last execution",
+    "Params have changed since last execution",
+    "Software environment definition has changed since last execution",
+    "Finished (was:",
+)
+_REASON_SPLIT = re.compile("; (?=" + "|".join(re.escape(r) for r in REASON_STARTS) + ")")
+_JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\s*$")
+_FIELD = re.compile(r"^\s{4}(\w+): ?(.*)$")
+ABSENT = "<absent>"  # a key one side of a params change does not have
+_PARAMS = re.compile(r"across all output: before: (.*) now: (.*?)\s*$", re.S)
+
+
+@dataclass
+class ConfigChange:
+    key: str  # dotted, in the run configuration when it could be placed, else in the param
+    before: Any
+    now: Any
+
+
+@dataclass
+class PlannedJob:
+    rule: str
+    wildcards: dict[str, str]
+    output: list[str]
+    reasons: list[str]
+    changes: list[ConfigChange] = field(default_factory=list)
+
+    @property
+    def target(self) -> str:
+        """What the job makes, for the table: its wildcards, else its first output."""
+        if self.wildcards:
+            return ", ".join(f"{k}={v}" for k, v in self.wildcards.items())
+        return self.output[0] if self.output else ""
+
+
+@dataclass
+class Plan:
+    run_dir: str
+    jobs: list[PlannedJob]
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(job.rule for job in self.jobs))
+
+    def rules_by_key(self) -> dict[str, list[str]]:
+        """Each changed config key -> the rules whose params it changes (directly)."""
+        touched: dict[str, list[str]] = {}
+        for job in self.jobs:
+            for change in job.changes:
+                rules = touched.setdefault(change.key, [])
+                if job.rule not in rules:
+                    rules.append(job.rule)
+        return touched
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "jobs": [asdict(j) for j in self.jobs],
+            "counts": self.counts(),
+            "changed_keys": self.rules_by_key(),
+        }
+
+
+def split_reasons(reason: str) -> list[str]:
+    return [r.strip() for r in _REASON_SPLIT.split(reason.strip()) if r.strip()]
+
+
+def parse_dry_run(text: str) -> list[PlannedJob]:
+    """The jobs of a ``snakemake -n`` printout; target rules without outputs (``all``) are left
+    out: they run nothing."""
+    jobs: list[PlannedJob] = []
+    current: dict[str, str] | None = None
+    rule = ""
+
+    def finish() -> None:
+        if current is not None and current.get("output"):
+            wildcards = dict(
+                item.split("=", 1)
+                for item in re.split(r", (?=\w+=)", current.get("wildcards", ""))
+                if "=" in item
+            )
+            jobs.append(
+                PlannedJob(
+                    rule=rule,
+                    wildcards=wildcards,
+                    output=[o for o in current["output"].split(", ") if o],
+                    reasons=split_reasons(current.get("reason", "")),
+                )
+            )
+
+    for line in text.splitlines():
+        header = _JOB_HEADER.match(line)
+        if header:
+            finish()
+            rule, current = header.group(1), {}
+            continue
+        if current is None:
+            continue
+        match = _FIELD.match(line)
+        if match:
+            current[match.group(1)] = match.group(2)
+        elif not line.startswith("    "):  # the block ends (blank line, "Shell command:")
+            finish()
+            current = None
+    finish()
+    return jobs
+
+
+_PY_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", re.S)
+
+
+def _param_values(text: str) -> list[Any]:
+    """The params in a "before: ..." or "now: ..." list: Snakemake prints each param's repr(),
+    joined by ","; each of our `config` params is a string of canonical JSON, given back parsed.
+    """
+    values: list[Any] = []
+    text, at = text.strip(), 0
+    if text.startswith("<nothing exclusive>"):
+        return []
+    while at < len(text):
+        match = _PY_STRING.match(text, at)
+        if not match:
+            values.append(text[at:])  # a param that is not a string: kept as its repr
+            break
+        value = ast.literal_eval(match.group(0))
+        with contextlib.suppress(json.JSONDecodeError):  # a string param that is not JSON
+            value = json.loads(value)
+        values.append(value)
+        at = match.end()
+        while at < len(text) and text[at] in ", ":
+            at += 1
+    return values
+
+
+def params_change(reason: str) -> tuple[list[Any], list[Any]] | None:
+    """(params only before, params only now) of a "Params have changed" reason."""
+    match = _PARAMS.search(reason)
+    if not match:
+        return None
+    return _param_values(match.group(1)), _param_values(match.group(2))
+
+
+def _leaves(value: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if isinstance(value, dict) and value:
+        for key, sub in value.items():
+            yield from _leaves(sub, (*prefix, str(key)))
+    else:
+        yield prefix, value
+
+
+def changed_leaves(before: Any, now: Any) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """Keys (as paths) whose values differ between two config subtrees."""
+    old, new = dict(_leaves(before)), dict(_leaves(now))
+    return [
+        (key, old.get(key, ABSENT), new.get(key, ABSENT))
+        for key in sorted(set(old) | set(new))
+        if key not in old or key not in new or old[key] != new[key]
+    ]
+
+
+def locate_subtree(config: dict[str, Any], param: Any) -> tuple[str, ...] | None:
+    """Where a rule's `config` param sits in the run configuration: a section, a subtree of a
+    section, or (``stage_config(stage, *keys)``) a section cut to some of its keys. Equal values
+    are looked for first, then equal key sets (the config given may not be the one that ran)."""
+    if not isinstance(param, dict) or not param:
+        return None
+
+    def same(a: Any, b: Any, by_value: bool) -> bool:
+        if by_value:
+            return a == b
+        if isinstance(a, dict) and isinstance(b, dict):
+            return set(a) == set(b)
+        return type(a) is type(b)
+
+    for by_value in (True, False):
+        for stage, section in config.items():
+            if not isinstance(section, dict):
+                continue
+            if same(param, section, by_value) or all(
+                k in section and same(v, section[k], by_value) for k, v in param.items()
+            ):
+                return (stage,)
+            for key, sub in section.items():
+                if isinstance(sub, dict) and same(param, sub, by_value):
+                    return (stage, key)
+    return None
+
+
+def attribute_changes(job: PlannedJob, config: dict[str, Any]) -> list[ConfigChange]:
+    """The config keys behind a job's "Params have changed" reason."""
+    changes: list[ConfigChange] = []
+    for reason in job.reasons:
+        parsed = params_change(reason)
+        if parsed is None:
+            continue
+        before, now = parsed
+        if len(before) == 1 and len(now) == 1:
+            where = locate_subtree(config, now[0]) or ()
+            for key, old, new in changed_leaves(before[0], now[0]):
+                changes.append(ConfigChange(".".join((*where, *key)), old, new))
+        else:
+            changes.append(ConfigChange(f"params of rule {job.rule}", before, now))
+    return changes
+
+
+def _snakemake_command(
+    configfiles: Sequence[str | os.PathLike],
+    override_file: Path,
+    results_dir: str | None,
+    run: str | None,
+    extra: Sequence[str],
+) -> list[str]:
+    command = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    command += ["--configfile", *map(str, configfiles), str(override_file)]
+    settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
+    if settings:
+        command += ["--config", *settings]
+    return command + list(extra)
+
+
+def explain_changes(
+    configfiles: Sequence[str | os.PathLike] = (),
+    overrides: Sequence[str] = (),
+    results_dir: str | None = None,
+    run: str | None = None,
+    extra: Sequence[str] = (),
+    cwd: Path = REPO_ROOT,
+) -> Plan:
+    """Dry-run the workflow with these config sources and explain each job it would run."""
+    extra_settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
+    # Validates every source first: a bad key is named here, not deep in Snakemake's output.
+    config = load_config(configfiles, [*overrides, *extra_settings])
+    override: dict[str, Any] = {}
+    for item in overrides:
+        deep_merge(override, parse_override(item))
+    with tempfile.TemporaryDirectory(prefix="apertus-explain-") as tmp:
+        # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
+        override_file = Path(tmp) / "overrides.yaml"
+        override_file.write_text(yaml.safe_dump(override), encoding="utf-8")
+        command = _snakemake_command(configfiles, override_file, results_dir, run, extra)
+        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise ApertusError(f"snakemake dry run failed (exit {proc.returncode}):\n{tail}")
+    jobs = parse_dry_run(proc.stdout + "\n" + proc.stderr)
+    for job in jobs:
+        job.changes = attribute_changes(job, config)
+    return Plan(str(Path(config["results_dir"]) / config["run"]), jobs)
+
+
+def _relative(path: str, run_dir: str) -> str:
+    prefix = run_dir.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
+
+
+def describe_reason(reason: str, job: PlannedJob, run_dir: str) -> str:
+    """One reason, short: file lists relative to the run dir, params as the keys that changed."""
+    if reason.startswith("Params have changed"):
+        keys = [f"{c.key}: {c.before!r} -> {c.now!r}" for c in job.changes]
+        return "params changed: " + ("; ".join(keys) if keys else reason)
+    head, sep, files = reason.partition(": ")
+    if sep and head in REASON_STARTS:
+        shown = [_relative(f, run_dir) for f in files.split(", ")]
+        more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
+        return f"{head}: {', '.join(shown[:3])}{more}"
+    return reason
+
+
+def render_plan(plan: Plan) -> str:
+    if not plan.jobs:
+        return f"nothing to do: every output of {plan.run_dir} is up to date with this config"
+    rows = [
+        (job.rule, _relative(job.target, plan.run_dir), describe_reason(r, job, plan.run_dir))
+        for job in plan.jobs
+        for r in (job.reasons or ["(no reason given)"])
+    ]
+    rw = max(len("rule"), *(len(r[0]) for r in rows))
+    tw = max(len("wildcards/output"), *(len(r[1]) for r in rows))
+    lines = [f"jobs that would run for {plan.run_dir}:", ""]
+    lines.append(f"{'rule':<{rw}}  {'wildcards/output':<{tw}}  reason")
+    last = None
+    for rule, target, reason in rows:
+        same = (rule, target) == last
+        lines.append(f"{'' if same else rule:<{rw}}  {'' if same else target:<{tw}}  {reason}")
+        last = (rule, target)
+    lines += ["", "jobs per rule:"]
+    for rule, n in plan.counts().items():
+        lines.append(f"  {rule:<{rw}}  {n:>4}")
+    lines.append(f"  {'total':<{rw}}  {len(plan.jobs):>4}")
+    touched = plan.rules_by_key()
+    if touched:
+        lines += ["", "changed config keys -> rules whose params they change (and what follows):"]
+        for key, rules in touched.items():
+            lines.append(f"  {key}: {', '.join(rules)}")
+    return "\n".join(lines)

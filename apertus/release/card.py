@@ -1,0 +1,515 @@
+"""The model card (`README.md` of the release): Hugging Face metadata and a body that says how
+the model was made, from the run's own files.
+
+The metadata (license, language, datasets, base_model, tags, pipeline_tag, library_name) is
+rendered by huggingface_hub's `ModelCardData`; `model-index` has one entry per released model
+(`<name>/base`, `<name>/aligned`), each built by huggingface_hub's `eval_results_to_model_index`
+from `EvalResult`s of the evaluation table (`scores.csv`). The card is parsed back with
+`ModelCard` before it is written, so an invalid card never leaves this module.
+
+Every number in the body is read from the release's files, the step manifests or the config;
+none is written here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub.repocard_data import eval_results_to_model_index
+
+from apertus.core import ApertusError
+from apertus.evaluate.tasks import MC_GROUP, PPL_GROUP
+from apertus.release.config import ReleaseConfig
+
+# The memorization task of the evaluation table is a probe experiment, not a benchmark: it is
+# reported in its own section, not in the Hub's model-index.
+MEMORIZATION_TASK = "memorization"
+# The card's evaluation table shows the group scores (means over languages) of these tasks.
+GROUP_TASKS = (MC_GROUP, PPL_GROUP)
+# `hf://datasets/<owner>/<name>/...` paths of data sources name a Hub dataset.
+HF_DATASET_PATH = re.compile(r"^hf://datasets/([^/]+/[^/@]+)")
+
+
+@dataclass(frozen=True)
+class ReleasedModel:
+    """One model of the release: its subfolder and the checkpoint (training stage) it is."""
+
+    subfolder: str  # "base" or "aligned"
+    checkpoint: str  # e.g. the last pretraining stage, or "qrpo"
+    folder: Path  # the Hugging Face folder inside the release
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What the card reports, read from files (see `apertus.release.bundle.collect_facts`)."""
+
+    run_config: dict[str, Any]
+    models: list[ReleasedModel]
+    scores: dict[str, dict[str, float | None]]  # checkpoint -> "task/metric" -> value
+    funnel: dict[str, Any]
+    stages: dict[str, dict[str, Any]]  # "<stage>/<step>" -> step manifest
+    memorization: dict[str, Any] | None = None
+    reward_report: dict[str, Any] | None = None
+
+
+def read_scores(path: str | Path) -> dict[str, dict[str, float | None]]:
+    """The evaluation table (`scores.csv` of apertus.evaluate.table): checkpoint -> column ->
+    value (None where the cell is empty)."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise ApertusError(f"{path}: cannot read the evaluation table ({e})") from None
+    if not rows or "checkpoint" not in rows[0]:
+        raise ApertusError(f"{path}: not an evaluation table (no 'checkpoint' column or no rows)")
+    scores: dict[str, dict[str, float | None]] = {}
+    for line, row in enumerate(rows, start=2):
+        name = row.pop("checkpoint")
+        try:
+            scores[name] = {k: float(v) if v not in ("", None) else None for k, v in row.items()}
+        except ValueError as e:
+            raise ApertusError(f"{path}, line {line}: not a number ({e})") from None
+    return scores
+
+
+def model_name(config: ReleaseConfig, run_config: Mapping[str, Any]) -> str:
+    return (
+        config.card.model_name or f"apertus-{run_config['pretrain']['flavor']}-{run_config['run']}"
+    )
+
+
+def card_languages(config: ReleaseConfig, funnel: Mapping[str, Any]) -> list[str]:
+    """The configured languages, else those with documents left at the funnel's last step."""
+    if config.card.languages is not None:
+        return list(config.card.languages)
+    return sorted(
+        lang
+        for lang, rows in funnel.get("languages", {}).items()
+        if rows and rows[-1].get("documents", 0) > 0 and re.fullmatch(r"[a-z]{2,3}", lang)
+    )
+
+
+def card_datasets(config: ReleaseConfig, run_config: Mapping[str, Any]) -> list[str]:
+    """The configured datasets, else one per data source: its Hub id, or its name."""
+    if config.card.datasets is not None:
+        return list(config.card.datasets)
+    names: list[str] = []
+    for source in run_config["data"]["sources"]:
+        path = str(source.get("path", ""))
+        if source.get("reader") == "huggingface":
+            name = path
+        elif match := HF_DATASET_PATH.match(path):
+            name = match.group(1)
+        else:
+            name = source["name"]
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def eval_results(row: Mapping[str, float | None]) -> list[EvalResult]:
+    """One `EvalResult` per finite score of a checkpoint's table row, memorization left out."""
+    results = []
+    for column, value in row.items():
+        task, _, metric = column.partition("/")
+        if task == MEMORIZATION_TASK or value is None or not math.isfinite(value):
+            continue
+        results.append(
+            EvalResult(
+                task_type="text-generation",
+                dataset_type=task,
+                dataset_name=task,
+                metric_type=metric,
+                metric_value=value,
+            )
+        )
+    return results
+
+
+def model_index(
+    name: str, models: Sequence[ReleasedModel], scores: Mapping[str, Mapping[str, float | None]]
+) -> list[dict[str, Any]]:
+    """The `model-index`: one entry `<name>/<subfolder>` per released model with its scores."""
+    index = []
+    for model in models:
+        if model.checkpoint not in scores:
+            raise ApertusError(
+                f"the evaluation table has no row for checkpoint {model.checkpoint!r} "
+                f"(the {model.subfolder} model); rows: {', '.join(scores)}"
+            )
+        results = eval_results(scores[model.checkpoint])
+        if results:
+            index.extend(eval_results_to_model_index(f"{name}/{model.subfolder}", results))
+    return index
+
+
+def card_metadata(config: ReleaseConfig, facts: CardFacts) -> dict[str, Any]:
+    name = model_name(config, facts.run_config)
+    base_model = config.card.base_model or config.hub.repo_id or name
+    data = ModelCardData(
+        license=config.license,
+        language=card_languages(config, facts.funnel),
+        datasets=card_datasets(config, facts.run_config),
+        base_model=base_model,
+        tags=list(config.card.tags),
+        pipeline_tag="text-generation",
+        library_name="transformers",
+    ).to_dict()
+    index = model_index(name, facts.models, facts.scores)
+    if index:
+        data["model-index"] = index
+    return data
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def parameter_count(folder: Path) -> int:
+    """Parameters of a Hugging Face folder, from the safetensors headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ApertusError(f"{folder}: no *.safetensors weights")
+    for file in files:
+        with safe_open(str(file), framework="numpy") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                shape = f.get_slice(key).get_shape()
+                total += math.prod(shape)
+    return total
+
+
+def _architecture(facts: CardFacts) -> str:
+    base = facts.models[0]
+    cfg = json.loads((base.folder / "config.json").read_text(encoding="utf-8"))
+    flavor = facts.run_config["pretrain"]["flavor"]
+    rows = [
+        ("flavor", flavor),
+        ("parameters", parameter_count(base.folder)),
+        ("layers", cfg.get("num_hidden_layers")),
+        ("hidden size", cfg.get("hidden_size")),
+        ("FFN size", cfg.get("intermediate_size")),
+        (
+            "attention heads / KV heads",
+            f"{cfg.get('num_attention_heads')} / {cfg.get('num_key_value_heads')}",
+        ),
+        ("activation", cfg.get("hidden_act")),
+        ("vocabulary", cfg.get("vocab_size")),
+        ("context length", cfg.get("max_position_embeddings")),
+        ("RoPE", json.dumps(cfg.get("rope_parameters"), sort_keys=True)),
+        ("weights dtype", cfg.get("dtype")),
+    ]
+    return _table(["", base.subfolder], rows)
+
+
+def _training_stages(facts: CardFacts) -> str:
+    pretrain = facts.run_config["pretrain"]
+    order = [("pretrain", s) for s in pretrain["phases"]]
+    order += [("pretrain", s["name"]) for s in pretrain.get("long_context", [])]
+    order += [("posttrain", s) for s in ("sft", "qrpo")]
+    rows = []
+    for stage, name in order:
+        manifest = facts.stages.get(f"{stage}/{name}")
+        if manifest is None:
+            continue
+        s = manifest.get("summary", {})
+        rows.append(
+            (
+                name,
+                stage,
+                s.get("final_step"),
+                s.get("tokens_seen"),
+                s.get("completions"),
+                s.get("seq_len"),
+                s.get("final_loss"),
+            )
+        )
+    return _table(
+        ["stage", "kind", "steps", "tokens", "completions", "sequence length", "final loss"], rows
+    )
+
+
+def _recipe(facts: CardFacts) -> str:
+    p = facts.run_config["pretrain"]
+    ad, lr, gf = p["ademamix"], p["lr"], p["goldfish"]
+    ramp = p.get("batch_ramp")
+    lines = [
+        f"- Optimizer: AdEMAMix (betas {ad['betas']}, alpha {ad['alpha']}, alpha/beta3 warmup "
+        f"{ad['t_alpha']}/{ad['t_beta3']} steps, weight decay {ad['weight_decay']}), gradient "
+        f"clipping {p['grad_clip']}.",
+        f"- Schedule: Warmup-Stable-Decay, peak LR {lr['peak']}, {lr['warmup_steps']} warmup "
+        f"steps, 1-sqrt cooldown over the last {lr['decay_fraction']} of the steps to "
+        f"{lr['min_lr_ratio']} x peak.",
+        f"- Batch: {p['global_batch']} sequences of {p['seq_len']} tokens"
+        + (f", ramped to {ramp['global_batch']} at {ramp['at_tokens']:,} tokens." if ramp else "."),
+        "- Goldfish loss: " + (f"k = {gf['k']}, h = {gf['h']}." if gf["enabled"] else "off."),
+    ]
+    return "\n".join(lines)
+
+
+def _data_compliance(facts: CardFacts) -> str:
+    total = facts.funnel.get("total", [])
+    rows = [
+        (r["step"], r.get("documents"), r.get("removed_documents"), r.get("characters"))
+        for r in total
+    ]
+    parts = [
+        "Documents through each filter of the data stage, all languages (`data/funnel.json`, "
+        "`data/funnel.png`):",
+        "",
+        _table(["step", "documents", "removed", "characters"], rows),
+    ]
+    robots = next((r for r in total if r["step"] == "robots"), None)
+    if robots is not None:
+        parts += [
+            "",
+            f"robots.txt opt-out: {_fmt(robots.get('removed_documents'))} documents removed "
+            "because their site disallows at least one AI crawler.",
+        ]
+    agents = _robots_agents(facts.stages)
+    if agents:
+        parts += ["", _table(["user agent", "documents disallowed"], sorted(agents.items()))]
+    pii = _pii_counts(facts.stages)
+    if pii:
+        parts += [
+            "",
+            "PII replaced with placeholders in the corpus (data select step):",
+            "",
+            _table(["kind", "count"], sorted(pii.items())),
+        ]
+    return "\n".join(parts)
+
+
+def _step_stats(manifest: Mapping[str, Any], block: str) -> dict[str, Any]:
+    """A datatrove block's stats in a step manifest's summary, found by its name's ending."""
+    for name, stats in manifest.get("summary", {}).get("stats", {}).items():
+        if name.endswith(block) and isinstance(stats, Mapping):
+            return dict(stats)
+    return {}
+
+
+def _robots_agents(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key, manifest in stages.items():
+        if not key.startswith("data/filtered/"):
+            continue
+        for stat, value in _step_stats(manifest, "robots.txt opt-out").items():
+            if stat.startswith("disallowed_") and isinstance(value, int):
+                agent = stat.removeprefix("disallowed_")
+                counts[agent] = counts.get(agent, 0) + value
+    return counts
+
+
+def _pii_counts(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    select = next(
+        (m for m in stages.values() if m.get("stage") == "data" and m.get("step") == "select"),
+        None,
+    )
+    if select is None:
+        return {}
+    stats = _step_stats(select, "PII")
+    return {
+        k: v
+        for k, v in stats.items()
+        if isinstance(v, int) and (k.startswith("replaced_") or k == "documents_with_pii")
+    }
+
+
+def _evaluation(facts: CardFacts) -> str:
+    """The group scores (tasks without a language suffix) of every checkpoint."""
+    checkpoints = list(facts.scores)
+    columns = [c for c in next(iter(facts.scores.values())) if c.split("/")[0] in GROUP_TASKS]
+    released = {m.checkpoint: m.subfolder for m in facts.models}
+    rows = [
+        [f"{c} ({released[c]})" if c in released else c, *(facts.scores[c].get(k) for k in columns)]
+        for c in checkpoints
+    ]
+    return "\n".join(
+        [
+            "Every checkpoint of the run on the project's held-out tasks (lm-eval); the released "
+            "ones are marked. Per-language scores: `evaluation/scores.md`, `scores.csv`, "
+            "`scores.png`.",
+            "",
+            _table(["checkpoint", *columns], rows),
+        ]
+    )
+
+
+def _memorization(facts: CardFacts) -> str:
+    m = facts.memorization
+    assert m is not None
+    rows = [
+        (
+            r["exposures"],
+            r.get("probes"),
+            r.get("rouge_l_mean"),
+            r.get("exact_match_prefix_mean"),
+            r.get("verbatim"),
+        )
+        for r in m.get("curve", [])
+    ]
+    return "\n".join(
+        [
+            f"Memorization probes planted in the pretraining data, measured on the base model "
+            f"({facts.models[0].checkpoint}): {m.get('prefix_tokens')} prompt tokens, "
+            f"{m.get('suffix_tokens')} greedy tokens compared with the true continuation "
+            "(`evaluation/memorization.json`, `memorization.png`). Exposures 0 are never-seen "
+            "controls.",
+            "",
+            _table(["exposures", "probes", "Rouge-L mean", "exact prefix mean", "verbatim"], rows),
+        ]
+    )
+
+
+def _reward(facts: CardFacts) -> str:
+    r = facts.reward_report
+    assert r is not None
+    order = r.get("order", list(r.get("models", {})))
+    parts = [
+        f"Reward (`{r.get('reward', {}).get('kind')}`) on {_fmt(r.get('prompt_count'))} held-out "
+        f"prompts, before (`{r.get('baseline')}`) and after QRPO "
+        "(`evaluation/reward_report.md`, `.json`):",
+        "",
+    ]
+    rows = []
+    for mode, section in (("greedy", r), ("sampled", r.get("sampled") or {})):
+        for name in order:
+            model = section.get("models", {}).get(name)
+            if model is None:
+                continue
+            comp = section.get("comparison", {}).get(name, {})
+            rows.append(
+                (mode, name, model.get("mean"), comp.get("mean_delta"), comp.get("win_rate"))
+            )
+    parts.append(_table(["answers", "model", "mean reward", "delta vs baseline", "win rate"], rows))
+    return "\n".join(parts)
+
+
+def _how_to_load(models: Sequence[ReleasedModel], repo: str) -> str:
+    main = models[-1].subfolder
+    return "\n".join(
+        [
+            "```python",
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            "",
+            f'repo = "{repo}"  # or the path of this folder',
+            f'tokenizer = AutoTokenizer.from_pretrained(repo, subfolder="{main}")',
+            f'model = AutoModelForCausalLM.from_pretrained(repo, subfolder="{main}")',
+            "```",
+            "",
+            "Subfolders: "
+            + ", ".join(f"`{m.subfolder}` ({m.checkpoint})" for m in models)
+            + ". Each holds a `verification.json`: the logits of the trained checkpoint and of "
+            "this export compared on a fixed batch.",
+        ]
+    )
+
+
+def _limitations(facts: CardFacts) -> str:
+    rc = facts.run_config
+    sample_sources = [s["name"] for s in rc["data"]["sources"] if s.get("path") == "sample"]
+    params = parameter_count(facts.models[0].folder)
+    lines = []
+    if rc["pretrain"]["flavor"] == "tiny":
+        lines.append(
+            f"- A tiny model ({params:,} parameters, flavor `tiny`) made to test the pipeline "
+            "end to end; it does not produce useful text."
+        )
+    if sample_sources:
+        lines.append(
+            "- Trained on the project's generated sample corpus (sources "
+            + ", ".join(f"`{s}`" for s in sample_sources)
+            + "), not on real web data."
+        )
+    lines += [
+        "- Evaluated only on the project's held-out tasks listed above; no safety evaluation.",
+        "- The data filters (robots.txt, PII, toxicity, quality) reduce but do not remove "
+        "personal, copyrighted or harmful content.",
+    ]
+    return "\n".join(lines)
+
+
+def card_body(config: ReleaseConfig, facts: CardFacts) -> str:
+    name = model_name(config, facts.run_config)
+    models = ", ".join(f"`{m.subfolder}/` ({m.checkpoint})" for m in facts.models)
+    sections = [
+        f"# {name}",
+        "",
+        f"A model trained from scratch with the open `apertus` pipeline, following the Apertus "
+        f"recipe (https://arxiv.org/abs/2509.14233), run `{facts.run_config['run']}`. This "
+        f"release holds {models}, the evaluation and data funnel it reports, and "
+        "`RELEASE-MANIFEST.json` (the SHA-256 of every file, every step's manifest, the "
+        "resolved config, the code and package versions).",
+        "",
+        "## Architecture",
+        "",
+        _architecture(facts),
+        "",
+        "## Training",
+        "",
+        _training_stages(facts),
+        "",
+        _recipe(facts),
+        "",
+        "## Data compliance",
+        "",
+        _data_compliance(facts),
+        "",
+        "## Evaluation",
+        "",
+        _evaluation(facts),
+    ]
+    if facts.memorization is not None:
+        sections += ["", "## Memorization", "", _memorization(facts)]
+    if facts.reward_report is not None:
+        sections += ["", "## Alignment (QRPO reward)", "", _reward(facts)]
+    sections += [
+        "",
+        "## How to load",
+        "",
+        _how_to_load(facts.models, config.hub.repo_id or name),
+        "",
+        "## Limitations",
+        "",
+        _limitations(facts),
+        "",
+    ]
+    return "\n".join(sections)
+
+
+def render_card(config: ReleaseConfig, facts: CardFacts) -> str:
+    """The whole README.md; parsed back with huggingface_hub (an invalid card raises)."""
+    metadata = card_metadata(config, facts)
+    front = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True)
+    text = f"---\n{front}---\n\n{card_body(config, facts)}"
+    try:
+        ModelCard(text)
+    except ValueError as e:
+        raise ApertusError(f"the model card's metadata does not parse: {e}") from None
+    return text

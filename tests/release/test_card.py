@@ -1,0 +1,114 @@
+"""The model card: Hub metadata that huggingface_hub parses, numbers read from the files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard import metadata_load
+
+from apertus.core import ApertusError
+from apertus.release.bundle import build_release
+from apertus.release.card import read_scores
+from tests.release.conftest import release_inputs
+
+
+@pytest.fixture
+def card_path(run_dir, run_config, release_config):
+    build_release(release_inputs(run_dir), release_config, run_config, run_dir / "release")
+    return run_dir / "release" / "README.md"
+
+
+def test_card_metadata_parses_with_huggingface_hub(card_path):
+    meta = metadata_load(card_path)
+    assert meta["license"] == "mit"  # from the config, not the default
+    assert meta["language"] == ["de", "rm"]  # "la" has no document left at the last step
+    assert meta["datasets"] == ["web", "HuggingFaceFW/fineweb-2", "owner/dataset-x"]
+    assert meta["base_model"] == "someone/apertus-fixture"
+    assert meta["pipeline_tag"] == "text-generation"
+    assert meta["library_name"] == "transformers"
+    card = ModelCard.load(card_path)
+    assert card.data.license == "mit"
+    # 4 scores each, one cell of the base row empty, memorization left out
+    assert len(card.data.eval_results) == 3 + 4
+
+
+def test_model_index_holds_each_released_models_scores(card_path):
+    index = metadata_load(card_path)["model-index"]
+    assert [entry["name"] for entry in index] == [
+        "apertus-tiny-fixture-run/base",
+        "apertus-tiny-fixture-run/aligned",
+    ]
+    with (card_path.parent / "evaluation" / "scores.csv").open() as f:
+        rows = {r["checkpoint"]: r for r in csv.DictReader(f)}
+    for entry, checkpoint in zip(index, ("ctxA", "qrpo"), strict=True):
+        got = {
+            f"{result['dataset']['name']}/{metric['type']}": metric["value"]
+            for result in entry["results"]
+            for metric in result["metrics"]
+        }
+        want = {
+            k: float(v)
+            for k, v in rows[checkpoint].items()
+            if k != "checkpoint" and v and not k.startswith("memorization/")
+        }
+        assert got == want, checkpoint
+
+
+def test_card_body_reports_the_numbers_of_the_files(card_path):
+    text = card_path.read_text()
+    body = text.split("\n---\n", 1)[1]
+    for expected in (
+        "98,765",  # tokens of phase p1 (its manifest)
+        "4,321",  # ctxA tokens and the email PII replacements
+        "640",  # QRPO completions
+        "| GPTBot | 606 |",  # robots.txt refusals per agent (filter manifest)
+        "| replaced_email | 4,321 |",
+        "robots.txt opt-out: 16 documents removed",  # the funnel's robots step, all languages
+        "| ctxA (base) | 0.21 |",  # evaluation group scores, released rows marked
+        "| qrpo (aligned) | 0.41 |",
+        "| 64 | 2 | 0.8765 | 0.5 | 1 |",  # memorization curve of the base model
+        "| greedy | qrpo | 0.2468 | 0.0476 | 0.625 |",  # reward before/after
+        "k = 13, h = 29",  # Goldfish, from the config
+        "peak LR 0.0042",
+        'from_pretrained(repo, subfolder="aligned")',
+        'repo = "someone/apertus-fixture"',
+        "generated sample corpus (sources `web`)",
+    ):
+        assert expected in body, expected
+
+
+def test_card_numbers_follow_the_files(run_dir, run_config, release_config):
+    report = run_dir / "posttrain" / "reward_report.json"
+    data = json.loads(report.read_text())
+    data["models"]["qrpo"]["mean"] = 0.9137
+    report.write_text(json.dumps(data))
+    run_config["pretrain"]["goldfish"]["enabled"] = False
+    build_release(release_inputs(run_dir), release_config, run_config, run_dir / "release")
+    body = (run_dir / "release" / "README.md").read_text()
+    assert "| greedy | qrpo | 0.9137 |" in body and "0.2468" not in body
+    assert "Goldfish loss: off." in body
+
+
+def test_a_table_without_the_released_checkpoint_is_refused(run_dir, run_config, release_config):
+    table = run_dir / "evaluate" / "table" / "scores.csv"
+    lines = [line for line in table.read_text().splitlines() if not line.startswith("qrpo,")]
+    table.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ApertusError, match="no row for checkpoint 'qrpo'"):
+        build_release(release_inputs(run_dir), release_config, run_config, run_dir / "release")
+
+
+def test_read_scores_names_a_bad_table(tmp_path):
+    bad = tmp_path / "scores.csv"
+    bad.write_text("model,acc\nx,0.1\n")
+    with pytest.raises(ApertusError, match=r"scores\.csv: not an evaluation table"):
+        read_scores(bad)
+    bad.write_text("checkpoint,acc\nx,zero\n")
+    with pytest.raises(ApertusError, match="line 2: not a number"):
+        read_scores(bad)
+    with pytest.raises(ApertusError, match=r"missing\.csv: cannot read"):
+        read_scores(tmp_path / "missing.csv")
+    bad.write_text("checkpoint,a/acc,b/acc\nx,0.5,\n")
+    assert read_scores(bad) == {"x": {"a/acc": 0.5, "b/acc": None}}

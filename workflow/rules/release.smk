@@ -1,0 +1,104 @@
+# Release (RECIPE.md §9): the base model (last pretraining stage) and the aligned model (QRPO)
+# in Hugging Face format with the evaluation table, the memorization curve, the reward report,
+# the data funnel, a model card and RELEASE-MANIFEST.json in one folder; then, when
+# `release.hub.repo_id` is set, that folder pushed to the Hub in one tagged commit.
+# Included LAST by the Snakefile: it reads TARGETS, every other stage's final outputs.
+# Code: apertus/release/. Config: `release:` (config/README.md). Tests: tests/release/.
+
+RELEASE = config["release"]
+# Every other stage's sinks: any change upstream re-runs the release (taken before the
+# release adds its own).
+RELEASE_SINKS = list(TARGETS)
+RELEASE_BASE = PRETRAIN_STAGES[-1]
+RELEASE_ALIGNED = "qrpo" if "qrpo" in POSTTRAIN_STAGES else None
+RELEASE_FOLDER = stage_path("release")
+
+
+rule release:
+    input:
+        sinks=RELEASE_SINKS,
+        base=stage_path("export", RELEASE_BASE),
+        aligned=[stage_path("export", RELEASE_ALIGNED)] if RELEASE_ALIGNED else [],
+        table=rules.evaluate_table.output.out,
+        memorization=(
+            [stage_path("evaluate", "memorization", RELEASE_BASE)]
+            if EVALUATE_MEMORIZATION
+            else []
+        ),
+        funnel_json=rules.data_funnel.output.json,
+        funnel_png=rules.data_funnel.output.plot,
+        reward=(
+            [
+                rules.posttrain_report.output.json,
+                rules.posttrain_report.output.markdown,
+            ]
+            if RELEASE_ALIGNED
+            else []
+        ),
+    output:
+        out=directory(RELEASE_FOLDER),
+        manifest=str(RUN_DIR / "release.manifest.json"),
+    log:
+        log_path("release", "folder"),
+    benchmark:
+        benchmark_path("release", "folder")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("default"),
+    params:
+        config=stage_config("release"),
+        # The whole resolved config, recorded in RELEASE-MANIFEST.json.
+        run_config=canonical_json(config),
+        # The run's step manifests are collected into RELEASE-MANIFEST.json.
+        run_dir=lambda wildcards, output: os.path.dirname(output.out),
+        base=lambda wildcards, input: f"--base {input.base}={RELEASE_BASE}",
+        optional=lambda wildcards, input: " ".join(
+            [f"--aligned {input.aligned[0]}={RELEASE_ALIGNED}"] * bool(input.aligned)
+            + [f"--memorization {input.memorization[0]}"] * bool(input.memorization)
+            + (
+                [f"--reward-json {input.reward[0]} --reward-md {input.reward[1]}"]
+                if input.reward
+                else []
+            )
+        ),
+    shell:
+        "python -m apertus.release.stage --config {params.config:q}"
+        " --run-config {params.run_config:q} --manifest {output.manifest}"
+        " --run-dir {params.run_dir} {params.base}"
+        " --table {input.table} --funnel-json {input.funnel_json}"
+        " --funnel-png {input.funnel_png} {params.optional} --output {output.out}"
+        " --sinks {input.sinks} > {log} 2>&1"
+
+
+rule release_upload:
+    input:
+        folder=rules.release.output.out,
+        manifest=rules.release.output.manifest,
+    output:
+        receipt=str(RUN_DIR / "release-upload.json"),
+        manifest=str(RUN_DIR / "release-upload.manifest.json"),
+    log:
+        log_path("release", "upload"),
+    benchmark:
+        benchmark_path("release", "upload")
+    conda:
+        "../../environment.yml"
+    threads: 1
+    resources:
+        **stage_job_resources("default"),
+    params:
+        config=stage_subconfig("release", "hub"),
+    shell:
+        "python -m apertus.release.hub upload --config {params.config:q}"
+        " --folder {input.folder} --receipt {output.receipt} --manifest {output.manifest}"
+        " > {log} 2>&1"
+
+
+if RELEASE["enabled"]:
+
+    TARGETS.append(rules.release.output.manifest)
+    if RELEASE["hub"]["repo_id"]:
+
+        TARGETS.append(rules.release_upload.output.receipt)
