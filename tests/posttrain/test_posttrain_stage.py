@@ -62,7 +62,7 @@ def test_mean_rewards_of_the_sft_and_aligned_models_are_reported(default_run):
     assert sampled["models"]["qrpo"]["mean"] > sampled["models"]["sft"]["mean"]
     assert sampled["comparison"]["qrpo"]["delta_stderr"] > 0
     markdown = (default_run / "posttrain" / "reward_report.md").read_text()
-    assert "expected reward" in markdown and "| qrpo |" in markdown
+    assert "Expected reward" in markdown and "| qrpo |" in markdown
 
 
 @pytest.mark.parametrize("stage", ["sft", "qrpo"])
