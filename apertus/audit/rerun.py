@@ -305,7 +305,32 @@ def compare_output(
             )
             return OutputVerdict(shown, ours, theirs, WITHIN, detail)
         return OutputVerdict(shown, ours, theirs, DIFFERENT, problem)
+    if recorded.name == DCP_METADATA:
+        if _same_checkpoint_layout(recorded, rerun):
+            return OutputVerdict(
+                shown, ours, theirs, WITHIN, "checkpoint metadata; its path and save id ignored"
+            )
+        return OutputVerdict(shown, ours, theirs, DIFFERENT, "checkpoint layouts differ")
     return OutputVerdict(shown, ours, theirs, DIFFERENT, "bytes differ")
+
+
+# A torch.distributed.checkpoint folder's index: the tensors' names, shapes and places in the
+# data files, plus `storage_meta`, which holds the folder's path and a random id per save.
+DCP_METADATA = ".metadata"
+
+
+def _same_checkpoint_layout(a: Path, b: Path) -> bool:
+    """Whether two DCP `.metadata` files describe the same tensors stored the same way, apart
+    from `storage_meta` (the checkpoint's path and a random save id). The data files beside
+    them are compared byte for byte on their own."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        ma, mb = (FileSystemReader(str(p.parent)).read_metadata() for p in (a, b))
+    except Exception:  # not a DCP index after all: no claim of sameness
+        return False
+    keys = ("state_dict_metadata", "planner_data", "storage_data", "version")
+    return all(getattr(ma, k, None) == getattr(mb, k, None) for k in keys)
 
 
 def _output_files(record: StepRecord, scratch: Path) -> list[tuple[Path, str | None, Path, str]]:

@@ -168,3 +168,23 @@ def test_gzip_header_and_scratch_paths_do_not_count_as_differences(tmp_path):
     assert compare_output(recorded, "0" * 64, rerun, "r", {"/scratch/x": "/results/x"}).verdict == (
         DIFFERENT
     )
+
+
+def test_checkpoint_index_differs_only_in_its_path_and_save_id(tmp_path):
+    """A torch.distributed.checkpoint `.metadata` records the folder it was saved to and a
+    random save id: two saves of the same tensors are within tolerance, other tensors are not."""
+    import hashlib
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    def save(folder, shape):
+        dcp.save({"w": torch.ones(shape), "b": torch.zeros(3)}, checkpoint_id=folder)
+        return folder / ".metadata"
+
+    first, again = save(tmp_path / "a", (2, 2)), save(tmp_path / "b", (2, 2))
+    other = save(tmp_path / "c", (4, 1))
+    assert first.read_bytes() != again.read_bytes()
+    sha = hashlib.sha256(first.read_bytes()).hexdigest()
+    assert compare_output(first, sha, again, ".metadata", {}).verdict == WITHIN
+    assert compare_output(first, sha, other, ".metadata", {}).verdict == DIFFERENT
