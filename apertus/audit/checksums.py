@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from apertus.audit.steps import StepRecord, find_step_manifests, is_step_manifest_name
 from apertus.core import ApertusError
+from apertus.core.manifest import CONTENT_DIGEST_KEY, content_digest
 
 RELEASE_MANIFEST = "RELEASE-MANIFEST.json"
 # Snakemake touches this empty marker in every directory output after its step wrote the
@@ -35,14 +36,15 @@ def is_snakemake_marker(path: Path) -> bool:
 _CHUNK = 1 << 20
 
 # Problems, in the order the summary lists them.
-MISSING, SIZE, SHA256, UNLISTED, UNREADABLE = (
+MISSING, SIZE, SHA256, UNLISTED, UNREADABLE, CONTENT = (
     "missing",
     "size mismatch",
     "sha256 mismatch",
     "unlisted",
     "unreadable manifest",
+    "manifest content changed",
 )
-PROBLEMS = (MISSING, SIZE, SHA256, UNLISTED, UNREADABLE)
+PROBLEMS = (MISSING, SIZE, SHA256, UNLISTED, UNREADABLE, CONTENT)
 
 
 @dataclass
@@ -190,7 +192,7 @@ def check_file(
         report.add(Finding(shown, SHA256, expected_sha, actual, group))
 
 
-def _load_release_manifest(folder: Path) -> dict[str, dict[str, Any]]:
+def _load_release_manifest(folder: Path) -> dict[str, Any]:
     path = folder / RELEASE_MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -209,13 +211,19 @@ def _load_release_manifest(folder: Path) -> dict[str, dict[str, Any]]:
             or not isinstance(info.get("size"), int)
         ):
             raise ApertusError(f"{path}: artifact {rel!r} needs `sha256` (text) and `size` (int)")
-    return artifacts
+    return manifest
 
 
 def audit_release(folder: Path, progress_stream: IO[str] | None = None) -> AuditReport:
-    """Check every artifact of a release folder, and that nothing else is in it."""
-    artifacts = _load_release_manifest(folder)
+    """Check every artifact of a release folder, that nothing else is in it, and that the
+    manifest itself is unchanged (its `content_sha256`, the digest of the rest of it; a
+    manifest without one, from before the key existed, is checked by its artifacts only)."""
+    manifest = _load_release_manifest(folder)
+    artifacts = manifest["artifacts"]
     report = AuditReport("release", str(folder))
+    recorded = manifest.get(CONTENT_DIGEST_KEY)
+    if recorded is not None and recorded != (actual := content_digest(manifest)):
+        report.add(Finding(RELEASE_MANIFEST, CONTENT, recorded, actual, RELEASE_MANIFEST))
     progress = HashProgress(sum(a["size"] for a in artifacts.values()), progress_stream)
     for rel in sorted(artifacts):
         info = artifacts[rel]

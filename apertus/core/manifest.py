@@ -43,6 +43,17 @@ def config_hash(subtree: Any) -> str:
     return sha256_text(canonical_json(subtree))
 
 
+# The key of a release manifest that holds the SHA-256 of everything else in it.
+CONTENT_DIGEST_KEY = "content_sha256"
+
+
+def content_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a manifest without its `content_sha256` key: written
+    into RELEASE-MANIFEST.json, so that a changed byte anywhere in it (the recorded configs and
+    step manifests too, not only the artifacts' checksums) is caught by `apertus audit`."""
+    return config_hash({k: v for k, v in manifest.items() if k != CONTENT_DIGEST_KEY})
+
+
 def describe_path(
     path: str | os.PathLike, exclude: Iterable[str | os.PathLike] = ()
 ) -> dict[str, Any]:

@@ -27,8 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, atomic_write_text, replace_directory, sha256_file
-from apertus.core.manifest import code_version, package_versions
+from apertus.core.files import (
+    atomic_write_json,
+    atomic_write_text,
+    canonical_json,
+    replace_directory,
+    sha256_file,
+)
+from apertus.core.manifest import (
+    CONTENT_DIGEST_KEY,
+    code_version,
+    content_digest,
+    package_versions,
+)
 from apertus.release.card import CardFacts, ReleasedModel, read_scores, render_card
 from apertus.release.config import ReleaseConfig
 
@@ -131,14 +142,15 @@ def release_manifest(
 ) -> dict[str, Any]:
     """RELEASE-MANIFEST.json: every file of the folder but the manifest itself with its SHA-256
     and size, every step manifest of the run, the resolved config, the code and packages.
-    Its keys are fixed (the audit reads `artifacts`): add keys, never rename them."""
+    Its keys are fixed (the audit reads `artifacts` and `content_sha256`, the digest of all the
+    rest): add keys, never rename them."""
     artifacts = {}
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = file.relative_to(folder).as_posix()
         if rel == RELEASE_MANIFEST:
             continue
         artifacts[rel] = {"sha256": sha256_file(file), "size": file.stat().st_size}
-    return {
+    manifest = {
         "release_manifest_version": RELEASE_MANIFEST_VERSION,
         "artifacts": artifacts,
         "stages": dict(stages),
@@ -146,6 +158,10 @@ def release_manifest(
         "code": code_version(),
         "packages": package_versions(),
     }
+    # What is written is what is hashed: the digest covers the manifest as JSON reads it back.
+    manifest = json.loads(canonical_json(manifest))
+    manifest[CONTENT_DIGEST_KEY] = content_digest(manifest)
+    return manifest
 
 
 def build_release(

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from apertus.audit.checksums import (
+    CONTENT,
     MISSING,
     SHA256,
     SIZE,
@@ -18,7 +19,7 @@ from apertus.audit.checksums import (
 )
 from apertus.cli import run as cli
 from apertus.core import ApertusError
-from apertus.core.manifest import write_manifest
+from apertus.core.manifest import CONTENT_DIGEST_KEY, content_digest, write_manifest
 from tests.audit.conftest import flip_byte, sha256
 
 RELEASE_FILES = {
@@ -37,8 +38,13 @@ def release(tmp_path):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_bytes(data)
         artifacts[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-    manifest = {"release_manifest_version": 1, "artifacts": artifacts, "stages": {}}
-    (folder / "RELEASE-MANIFEST.json").write_text(json.dumps(manifest))
+    manifest = {
+        "release_manifest_version": 1,
+        "artifacts": artifacts,
+        "stages": {"tokenize/shards": {"config": {"seed": 1234}}},
+    }
+    manifest[CONTENT_DIGEST_KEY] = content_digest(manifest)
+    (folder / "RELEASE-MANIFEST.json").write_text(json.dumps(manifest, indent=1))
     return folder
 
 
@@ -64,6 +70,20 @@ def test_one_flipped_byte_in_a_release_is_named(release, rel, capsys):
     assert cli(["audit", str(release)]) == 1
     out = capsys.readouterr().out
     assert rel in out and "FAILED: 1 sha256 mismatch" in out
+
+
+def test_a_changed_record_in_the_release_manifest_itself_is_named(release, capsys):
+    """Not only the checksums: a changed recorded config (1234 -> 1235) breaks the manifest's
+    own content digest; a manifest without the digest (older) is checked by its artifacts."""
+    path = release / "RELEASE-MANIFEST.json"
+    path.write_text(path.read_text().replace("1234", "1235"))
+    assert problems(audit_path(release)) == [("RELEASE-MANIFEST.json", CONTENT)]
+    assert cli(["audit", str(release)]) == 1
+    assert "RELEASE-MANIFEST.json" in capsys.readouterr().out.split("problems:", 1)[1]
+    manifest = json.loads(path.read_text())
+    del manifest[CONTENT_DIGEST_KEY]
+    path.write_text(json.dumps(manifest))
+    assert audit_path(release).ok
 
 
 def test_truncated_deleted_and_extra_release_files_are_named(release):

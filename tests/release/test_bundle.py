@@ -72,6 +72,10 @@ def test_release_manifest_lists_every_file_with_its_sha256_and_size(
         data = (out / rel).read_bytes()
         assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}, rel
     assert manifest["config"] == run_config
+    # The digest of everything else in the manifest, recomputed independently.
+    rest = {k: v for k, v in manifest.items() if k != "content_sha256"}
+    canonical = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert manifest["content_sha256"] == hashlib.sha256(canonical.encode()).hexdigest()
     assert set(manifest["code"]) == {"package", "commit", "dirty"}
     assert "transformers" in manifest["packages"]
     assert set(manifest["stages"]) == {
