@@ -19,9 +19,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from apertus.audit.steps import StepRecord, find_step_manifests, is_step_manifest_name
+from apertus.audit.steps import StepRecord
 from apertus.core import ApertusError
-from apertus.core.manifest import CONTENT_DIGEST_KEY, content_digest
+from apertus.core.manifest import (
+    CONTENT_DIGEST_KEY,
+    content_digest,
+    find_step_manifests,
+    is_step_manifest_name,
+)
 
 RELEASE_MANIFEST = "RELEASE-MANIFEST.json"
 # Snakemake touches this empty marker in every directory output after its step wrote the

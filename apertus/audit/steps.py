@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import REPO_ROOT, ApertusError
+from apertus.core.manifest import find_step_manifests
 
 # Keys every step manifest has had since manifest_version 1 (apertus.core.manifest).
 REQUIRED_KEYS = ("manifest_version", "stage", "step", "inputs", "outputs")
-
-
-def is_step_manifest_name(path: Path) -> bool:
-    return path.name == "manifest.json" or path.name.endswith(".manifest.json")
 
 
 def _absolute(path: str, cwd: str) -> str:
@@ -103,17 +100,6 @@ class StepRecord:
         """A recorded path as reports show it: relative to the run directory when inside it."""
         rel = self.relative(recorded)
         return rel if rel is not None else self.absolute(recorded)
-
-
-def find_step_manifests(run_dir: Path) -> list[Path]:
-    """Every step manifest under a run directory, in path order."""
-    return sorted(
-        p
-        for p in run_dir.rglob("*manifest.json")
-        if p.is_file()
-        and is_step_manifest_name(p)
-        and p.relative_to(run_dir).parts[0] not in ("logs", "benchmarks")
-    )
 
 
 def find_step(run_dir: Path, selector: str) -> StepRecord:

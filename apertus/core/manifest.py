@@ -43,6 +43,25 @@ def config_hash(subtree: Any) -> str:
     return sha256_text(canonical_json(subtree))
 
 
+def is_step_manifest_name(path: Path) -> bool:
+    """A step manifest sits beside its outputs as `<name>.manifest.json`, or inside an output
+    directory as `manifest.json`."""
+    return path.name == "manifest.json" or path.name.endswith(".manifest.json")
+
+
+def find_step_manifests(run_dir: str | os.PathLike) -> list[Path]:
+    """Every step manifest under a run directory (`results/<run>`), in path order; Snakemake's
+    `logs/` and `benchmarks/` hold none and are not searched."""
+    run_dir = Path(run_dir)
+    return sorted(
+        p
+        for p in run_dir.rglob("*manifest.json")
+        if p.is_file()
+        and is_step_manifest_name(p)
+        and p.relative_to(run_dir).parts[0] not in ("logs", "benchmarks")
+    )
+
+
 # The key of a release manifest that holds the SHA-256 of everything else in it.
 CONTENT_DIGEST_KEY = "content_sha256"
 

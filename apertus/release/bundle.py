@@ -38,6 +38,7 @@ from apertus.core.manifest import (
     CONTENT_DIGEST_KEY,
     code_version,
     content_digest,
+    find_step_manifests,
     package_versions,
 )
 from apertus.release.card import CardFacts, ReleasedModel, read_scores, render_card
@@ -116,24 +117,23 @@ def stage_manifests(run_dir: str | os.PathLike) -> dict[str, dict[str, Any]]:
     `export/hf`)."""
     run_dir = Path(run_dir)
     manifests: dict[str, dict[str, Any]] = {}
-    for dirpath, dirnames, filenames in os.walk(run_dir):
-        rel_dir = Path(dirpath).relative_to(run_dir)
-        if rel_dir == Path("."):
-            dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
-        dirnames[:] = sorted(d for d in dirnames if d != "_work" and not d.startswith("."))
-        for name in sorted(filenames):
-            if name in SKIPPED_MANIFESTS and rel_dir == Path("."):
-                continue
-            if name == "manifest.json":
-                key = rel_dir.as_posix()
-            elif name.endswith(".manifest.json"):
-                key = (rel_dir / name.removesuffix(".manifest.json")).as_posix()
-            else:
-                continue
-            manifest = _read_json(Path(dirpath) / name)
-            if not isinstance(manifest, dict) or "manifest_version" not in manifest:
-                raise ApertusError(f"{Path(dirpath) / name}: not a step manifest")
-            manifests[key] = manifest
+    for path in find_step_manifests(run_dir):
+        rel = path.relative_to(run_dir)
+        if (
+            rel.parts[0] in SKIPPED_DIRS
+            or "_work" in rel.parts
+            or any(part.startswith(".") for part in rel.parts[:-1])
+            or rel.as_posix() in SKIPPED_MANIFESTS
+        ):
+            continue
+        if path.name == "manifest.json":
+            key = rel.parent.as_posix()
+        else:
+            key = rel.with_name(path.name.removesuffix(".manifest.json")).as_posix()
+        manifest = _read_json(path)
+        if not isinstance(manifest, dict) or "manifest_version" not in manifest:
+            raise ApertusError(f"{path}: not a step manifest")
+        manifests[key] = manifest
     return dict(sorted(manifests.items()))
 
 

@@ -61,7 +61,7 @@ def upload(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProces
     )
 
 
-def _release_files(folder: Path) -> dict[str, bytes]:
+def release_files(folder: Path) -> dict[str, bytes]:
     return {
         p.relative_to(folder).as_posix(): p.read_bytes()
         for p in folder.rglob("*")
@@ -95,7 +95,7 @@ def test_upload_sends_the_release_in_one_tagged_commit(release, run_dir, tmp_pat
         repo = hub.repos[REPO_ID]
         assert repo.private
         assert len(repo.commits) == 1, "the release must arrive in one commit"
-        assert repo.files == _release_files(release)  # byte for byte, hidden files left out
+        assert repo.files == release_files(release)  # byte for byte, hidden files left out
         assert all(r["authorization"] == f"Bearer {FAKE_TOKEN}" for r in hub.requests)
         done = json.loads(receipt.read_text())
         assert done["commit"] == repo.commits[0]["oid"]
@@ -148,7 +148,7 @@ def test_dry_run_lists_the_files_and_sends_nothing(release, tmp_path):
         )
         assert proc.returncode == 0, proc.stderr
         assert hub.requests == []
-    files = _release_files(release)
+    files = release_files(release)
     listed = json.loads(receipt.read_text())
     assert listed["dry_run"] and listed["commit"] is None
     assert {f["path"]: f["size"] for f in listed["files"]} == {k: len(v) for k, v in files.items()}

@@ -15,7 +15,7 @@ from huggingface_hub.repocard import metadata_load
 from apertus.release.bundle import RELEASE_MANIFEST
 from tests.conftest import REPO, planned_jobs, run_tool
 from tests.release.hub_standin import HubStandIn
-from tests.release.test_hub import FAKE_TOKEN, hub_env, token_anywhere
+from tests.release.test_hub import FAKE_TOKEN, hub_env, release_files, token_anywhere
 
 
 @pytest.mark.slow
@@ -127,13 +127,7 @@ def test_the_pipeline_uploads_to_a_hub_stand_in_and_writes_the_token_nowhere(def
         receipt = json.loads((default_run / "release-upload.json").read_text())
         repo = hub.repos["tester/apertus-e2e"]
         assert repo.private and len(repo.commits) == 1
-        release = default_run / "release"
-        sent = {
-            p.relative_to(release).as_posix(): p.read_bytes()
-            for p in release.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
-        }
-        assert repo.files == sent
+        assert repo.files == release_files(default_run / "release")
         assert receipt["repo_id"] == "tester/apertus-e2e"
         assert {r["authorization"] for r in hub.requests} == {f"Bearer {FAKE_TOKEN}"}
         written = [default_run.parent, REPO / ".snakemake"]
