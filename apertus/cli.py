@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from apertus.audit.checksums import audit_path, render_report
-from apertus.audit.explain import explain_changes, render_plan
+from apertus.audit.explain import explain_changes, render_plan, render_sbatch
 from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.config import load_config, render_reference
@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--results-dir", help="results_dir of the run to compare with")
     explain.add_argument("--run", help="name of the run to compare with")
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
+    explain.add_argument(
+        "--sbatch",
+        action="store_true",
+        help="dry-run under profiles/slurm and print the sbatch options of every job",
+    )
     return parser
 
 
@@ -108,9 +113,15 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     plan = explain_changes(
-        args.configfile, args.overrides, args.results_dir, args.run, snakemake_args
+        args.configfile,
+        args.overrides,
+        args.results_dir,
+        args.run,
+        snakemake_args,
+        sbatch=args.sbatch,
     )
-    print(json.dumps(plan.to_json(), indent=2) if args.json else render_plan(plan))
+    text = render_sbatch(plan) if args.sbatch else render_plan(plan)
+    print(json.dumps(plan.to_json(), indent=2) if args.json else text)
     return 0
 
 

@@ -37,6 +37,7 @@ import yaml
 
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.config import deep_merge, load_config, parse_override
+from apertus.core.resources import sbatch_options
 
 # The reasons Snakemake joins with "; " (snakemake.jobs.Reason.__str__, 9.x); splitting only
 # before one of them keeps a "; " inside a params value whole.
@@ -57,6 +58,8 @@ REASON_STARTS = (
     "Finished (was:",
 )
 _REASON_SPLIT = re.compile("; (?=" + "|".join(re.escape(r) for r in REASON_STARTS) + ")")
+# How `apertus explain --sbatch` runs Snakemake: the SLURM profile alone.
+SLURM_PROFILE = ["--profile", "profiles/slurm", "--workflow-profile", "none"]
 _JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\s*$")
 _FIELD = re.compile(r"^\s{4}(\w+): ?(.*)$")
 ABSENT = "<absent>"  # a key one side of a params change does not have
@@ -77,6 +80,12 @@ class PlannedJob:
     output: list[str]
     reasons: list[str]
     changes: list[ConfigChange] = field(default_factory=list)
+    threads: int = 1
+    resources: dict[str, Any] = field(default_factory=dict)
+    """What the job asks its executor for, as Snakemake printed it (sizes it prints twice,
+    e.g. `mem` next to `mem_mb`, and `tmpdir` left out)."""
+    sbatch: str | None = None
+    """The sbatch options of the job under profiles/slurm (`apertus explain --sbatch`)."""
 
     @property
     def target(self) -> str:
@@ -117,6 +126,20 @@ def split_reasons(reason: str) -> list[str]:
     return [r.strip() for r in _REASON_SPLIT.split(reason.strip()) if r.strip()]
 
 
+# Resources Snakemake prints in a second unit or that say nothing about the job's needs.
+_ECHOED_RESOURCES = {"tmpdir", "mem", "mem_mib", "disk", "disk_mib", "disk_mb"}
+
+
+def _resources(text: str) -> dict[str, Any]:
+    """A dry-run job's ``resources:`` line as a dict (integers as int)."""
+    found: dict[str, Any] = {}
+    for item in re.split(r", (?=\w+=)", text.strip()):
+        name, _, value = item.partition("=")
+        if name and name not in _ECHOED_RESOURCES:
+            found[name] = int(value) if re.fullmatch(r"-?\d+", value) else value
+    return found
+
+
 def parse_dry_run(text: str) -> list[PlannedJob]:
     """The jobs of a ``snakemake -n`` printout; target rules without outputs (``all``) are left
     out: they run nothing."""
@@ -137,6 +160,8 @@ def parse_dry_run(text: str) -> list[PlannedJob]:
                     wildcards=wildcards,
                     output=[o for o in current["output"].split(", ") if o],
                     reasons=split_reasons(current.get("reason", "")),
+                    threads=int(current.get("threads", 1)),
+                    resources=_resources(current.get("resources", "")),
                 )
             )
 
@@ -261,8 +286,12 @@ def _snakemake_command(
     results_dir: str | None,
     run: str | None,
     extra: Sequence[str],
+    sbatch: bool = False,
 ) -> list[str]:
-    command = [sys.executable, "-m", "snakemake", "-n", "--cores", "1"]
+    command = [sys.executable, "-m", "snakemake", "-n"]
+    # Under profiles/slurm each job's threads are its own (--cores caps them, so the workflow
+    # profile's `cores: all` is left out); locally one core is enough for a dry run.
+    command += SLURM_PROFILE if sbatch else ["--cores", "1"]
     command += ["--configfile", *map(str, configfiles), str(override_file)]
     settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     if settings:
@@ -277,8 +306,10 @@ def explain_changes(
     run: str | None = None,
     extra: Sequence[str] = (),
     cwd: Path = REPO_ROOT,
+    sbatch: bool = False,
 ) -> Plan:
-    """Dry-run the workflow with these config sources and explain each job it would run."""
+    """Dry-run the workflow with these config sources and explain each job it would run; with
+    `sbatch`, under profiles/slurm, with the sbatch options each job would be submitted with."""
     extra_settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     # Validates every source first: a bad key is named here, not deep in Snakemake's output.
     config = load_config(configfiles, [*overrides, *extra_settings])
@@ -289,7 +320,7 @@ def explain_changes(
         # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
         override_file = Path(tmp) / "overrides.yaml"
         override_file.write_text(yaml.safe_dump(override), encoding="utf-8")
-        command = _snakemake_command(configfiles, override_file, results_dir, run, extra)
+        command = _snakemake_command(configfiles, override_file, results_dir, run, extra, sbatch)
         proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -297,6 +328,8 @@ def explain_changes(
     jobs = parse_dry_run(proc.stdout + "\n" + proc.stderr)
     for job in jobs:
         job.changes = attribute_changes(job, config)
+        if sbatch:
+            job.sbatch = sbatch_options(job.rule, job.threads, job.resources)
     return Plan(str(Path(config["results_dir"]) / config["run"]), jobs)
 
 
@@ -316,6 +349,18 @@ def describe_reason(reason: str, job: PlannedJob, run_dir: str) -> str:
         more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
         return f"{head}: {', '.join(shown[:3])}{more}"
     return reason
+
+
+def render_sbatch(plan: Plan) -> str:
+    """Each job's sbatch options, one line per job, grouped by rule: what profiles/slurm would
+    submit."""
+    rows = [(job.rule, _relative(job.target, plan.run_dir), job.sbatch or "") for job in plan.jobs]
+    rw = max([len("rule"), *(len(r[0]) for r in rows)])
+    tw = max([len("wildcards/output"), *(len(r[1]) for r in rows)])
+    lines = [f"sbatch options of each job of {plan.run_dir} (profiles/slurm):", ""]
+    lines.append(f"{'rule':<{rw}}  {'wildcards/output':<{tw}}  sbatch")
+    lines += [f"{rule:<{rw}}  {target:<{tw}}  {options}" for rule, target, options in rows]
+    return "\n".join(lines)
 
 
 def render_plan(plan: Plan) -> str:

@@ -57,6 +57,7 @@ VOLATILE_KEYS = frozenset(
         "ended",
         "host",
         "hostname",
+        "slurm_job_id",
     }
 )
 # Arguments whose value is a folder the step writes scratch state to.

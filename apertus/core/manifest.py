@@ -190,6 +190,8 @@ def build_manifest(
         "ended": ended.isoformat(timespec="seconds"),
         "seconds": round((ended - started).total_seconds(), 3),
         "host": socket.gethostname(),
+        # The SLURM job the step ran in (profiles/slurm), null outside SLURM.
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "summary": summary or {},
         # How to start the step again (`apertus audit --rerun`); relative paths in it are
         # relative to `cwd`.

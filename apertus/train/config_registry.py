@@ -80,6 +80,8 @@ from apertus.train.schedule import BatchRamp
 
 __all__ = [
     "SPEC_ENV",
+    "STOPPED_FILE",
+    "STOP_AT_ENV",
     "AdEMAMixSpec",
     "BatchRampSpec",
     "CheckpointSpec",
@@ -99,6 +101,10 @@ __all__ = [
 ]
 
 SPEC_ENV = "APERTUS_TRAIN_SPEC"
+# Epoch seconds after which training saves a checkpoint and stops (the launcher sets it in a
+# SLURM job), and the file rank 0 then writes into the dump folder for the launcher to read.
+STOP_AT_ENV = "APERTUS_STOP_AT"
+STOPPED_FILE = "stopped.txt"
 
 
 @dataclass(frozen=True)

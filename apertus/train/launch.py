@@ -21,17 +21,27 @@ checkpoint on disk, which is intact and holds the weights of a finite step.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apertus.core import ApertusError
-from apertus.train.config_registry import SPEC_ENV, checkpoint_steps, load_run_spec, preflight
+from apertus.train.config_registry import (
+    SPEC_ENV,
+    STOP_AT_ENV,
+    STOPPED_FILE,
+    checkpoint_steps,
+    load_run_spec,
+    preflight,
+)
+from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
 
-__all__ = ["main", "run", "torchrun_command"]
+__all__ = ["STOPPED", "main", "run", "torchrun_command"]
 
 # Messages the trainer raises when training diverges (torchtitan's Trainer.train_step, then
 # ours in torchtitan_spec).
@@ -42,13 +52,36 @@ DIVERGENCE_MARKERS = (
 )
 
 
-def torchrun_command(nproc: int, extra_args: Sequence[str] = ()) -> list[str]:
-    """The torchrun command line (argv) of a run on `nproc` local processes."""
+# Exit code of a run that stopped before its last step (a signal or the SLURM time limit) after
+# saving a checkpoint: EX_TEMPFAIL, "try again"; a rerun resumes.
+STOPPED = 75
+STOP_BEFORE_ENV = "APERTUS_STOP_BEFORE_MINUTES"
+"""Minutes before a SLURM job's time limit at which training stops (default 10)."""
+
+
+def torchrun_command(
+    nproc: int, extra_args: Sequence[str] = (), rendezvous: Rendezvous | None = None
+) -> list[str]:
+    """The torchrun command line (argv): `nproc` processes on this machine, or with a
+    `rendezvous`, `nproc` processes on each of its nodes meeting at its endpoint (c10d)."""
+    if rendezvous is None:
+        where = ["--standalone"]
+    else:
+        where = [
+            "--nnodes",
+            str(rendezvous.nnodes),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            rendezvous.endpoint,
+            "--rdzv-id",
+            rendezvous.run_id,
+        ]
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--standalone",
+        *where,
         "--nproc_per_node",
         str(nproc),
         "-m",
@@ -76,20 +109,69 @@ def _say(message: str) -> None:
     print(f"apertus.train.launch: {message}", file=sys.stderr, flush=True)
 
 
-def run(spec_path: str | os.PathLike[str], nproc: int, extra_args: Sequence[str] = ()) -> int:
-    """Run the trainer on `nproc` processes; returns torchrun's exit code."""
-    if nproc < 1:
-        raise ApertusError(f"--nproc must be >= 1, got {nproc}")
+def _stop_at(job: SlurmJob | None, environ: Mapping[str, str]) -> float | None:
+    """When the trainer should save and stop: `STOP_BEFORE_ENV` minutes (default 10) before
+    the SLURM job's time limit; None outside SLURM or without a limit."""
+    if job is None or job.time_left is None:
+        return None
+    raw = environ.get(STOP_BEFORE_ENV, "10")
+    try:
+        minutes = float(raw)
+    except ValueError:
+        raise ApertusError(f"{STOP_BEFORE_ENV}={raw!r} is not a number of minutes") from None
+    return time.time() + job.time_left - 60 * minutes
+
+
+def run(
+    spec_path: str | os.PathLike[str],
+    nproc: int,
+    extra_args: Sequence[str] = (),
+    *,
+    nnodes: int = 1,
+) -> int:
+    """Run the trainer on `nproc` processes on each of `nnodes` nodes; returns torchrun's exit
+    code, or `STOPPED` when training stopped early with a checkpoint (then, in a SLURM job,
+    the job is requeued).
+
+    Outside SLURM, torchrun runs standalone on this machine (`nnodes` must be 1). Inside a
+    SLURM job, one srun task per node runs torchrun (apertus.train.slurm), and the trainer
+    stops `APERTUS_STOP_BEFORE_MINUTES` before the job's time limit. On SIGTERM (preemption,
+    `scontrol requeue`, `scancel`) or SIGUSR1, the trainer saves a checkpoint at the end of the
+    step and stops, so the next attempt resumes there.
+    """
+    if nproc < 1 or nnodes < 1:
+        raise ApertusError(f"--nproc and --nnodes must be >= 1, got {nproc} and {nnodes}")
     spec_path = Path(spec_path).absolute()
     spec = load_run_spec(spec_path)
-    preflight(spec, world_size=nproc)
+    preflight(spec, world_size=nproc * nnodes)
+    job = SlurmJob.current()
     env = dict(os.environ)
+    if job is None:
+        if nnodes > 1:
+            raise ApertusError(
+                f"training on {nnodes} nodes needs a SLURM allocation (no SLURM_JOB_ID here); "
+                "run the pipeline with --profile profiles/slurm"
+            )
+        command = torchrun_command(nproc, extra_args)
+    else:
+        command = srun_command(
+            job, nnodes, torchrun_command(nproc, extra_args, job.rendezvous(nnodes))
+        )
+        env = srun_environment(env)
+    stop_at = _stop_at(job, env)
+    if stop_at is not None:
+        env[STOP_AT_ENV] = repr(stop_at)
     env[SPEC_ENV] = str(spec_path)
     # The trainer's log lines reach the stream as they are written.
     env["PYTHONUNBUFFERED"] = "1"
-    command = torchrun_command(nproc, extra_args)
-    _say(f"{SPEC_ENV}={spec_path} torchrun {' '.join(command[3:])}")
+    shown = command[: command.index(sys.executable)] if job else []
+    _say(f"{SPEC_ENV}={spec_path} {' '.join(shown)} torchrun {' '.join(command[len(shown) + 3 :])}")
+    if stop_at is not None:
+        _say(f"will stop with a checkpoint at {time.ctime(stop_at)} (SLURM time limit ahead)")
 
+    # The trainer writes this file when it stops early (apertus.train.torchtitan_spec).
+    stopped = Path(spec.metrics_folder).absolute() / STOPPED_FILE
+    stopped.unlink(missing_ok=True)
     divergence: str | None = None
     process = subprocess.Popen(
         command,
@@ -102,10 +184,12 @@ def run(spec_path: str | os.PathLike[str], nproc: int, extra_args: Sequence[str]
     )
 
     def forward(signum: int, frame: object) -> None:
-        # torchrun stops its workers on SIGTERM/SIGINT; the launcher waits for it.
+        # torchrun (or srun, which passes it to its tasks) forwards it to the trainer's ranks,
+        # which save a checkpoint and stop; the launcher waits for them.
         process.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+    previous = {s: signal.signal(s, forward) for s in signals}
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -118,9 +202,25 @@ def run(spec_path: str | os.PathLike[str], nproc: int, extra_args: Sequence[str]
             signal.signal(s, handler)
     sys.stdout.flush()
 
+    steps = checkpoint_steps(Path(spec.checkpoint.folder).absolute())
+    last = f"{steps[max(steps)]} (step {max(steps)})" if steps else "none"
+    if stopped.is_file() and divergence is None:
+        note = json.loads(stopped.read_text())
+        _say(
+            f"training stopped early at step {note['step']} ({note['reason']}); the last "
+            f"checkpoint is {last}, and a rerun resumes from it."
+        )
+        # A signal came from SLURM (preemption, requeue, scancel), which decides what follows;
+        # at the time limit the job asks to be requeued itself.
+        if job is not None and note["time_limit"]:
+            why_not = job.requeue()
+            _say(
+                f"requeued SLURM job {job.job_id}"
+                if why_not is None
+                else f"could not requeue SLURM job {job.job_id}: {why_not}"
+            )
+        return STOPPED
     if returncode != 0:
-        steps = checkpoint_steps(Path(spec.checkpoint.folder).absolute())
-        last = f"{steps[max(steps)]} (step {max(steps)})" if steps else "none"
         if divergence is not None:
             _say(
                 f"training stopped because it diverged: {divergence} "
@@ -141,12 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run Apertus pretraining with torchtitan under torchrun.",
     )
     parser.add_argument("--spec", required=True, help="run spec (JSON)")
-    parser.add_argument("--nproc", type=int, default=1, help="processes on this node")
+    parser.add_argument("--nproc", type=int, default=1, help="processes on each node")
+    parser.add_argument("--nnodes", type=int, default=1, help="nodes (inside a SLURM job)")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: torchtitan overrides")
     args = parser.parse_args(argv)
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra
     try:
-        return run(args.spec, args.nproc, extra)
+        return run(args.spec, args.nproc, extra, nnodes=args.nnodes)
     except ApertusError as e:
         _say(f"error: {e}")
         return 2

@@ -174,6 +174,7 @@ def train_and_record(
     work_root: Path,
     output: Path,
     nproc: int,
+    nnodes: int = 1,
 ) -> dict[str, Any]:
     """Run the torchtitan training `spec` in a work directory named after `name` and a hash of
     the spec and `key_material` (what else the run depends on), resuming from its last
@@ -181,7 +182,7 @@ def train_and_record(
     and return the run record. Shared by every training stage (pretraining phases, long
     context, SFT), so each is resumable the same way and exported the same way."""
     from apertus.train.config_registry import checkpoint_steps
-    from apertus.train.launch import run
+    from apertus.train.launch import STOPPED, run
     from apertus.train.torchtitan_spec import read_metrics
 
     key = sha256_text(canonical_json([spec, key_material]))[:16]
@@ -193,7 +194,12 @@ def train_and_record(
     done = checkpoint_steps(work / "ckpt")
     if done:
         step.summary["resumed_from_step"] = max(done)
-    code = run(work / "spec.json", nproc)
+    code = run(work / "spec.json", nproc, nnodes=nnodes)
+    if code == STOPPED:
+        raise ApertusError(
+            f"training of {name} stopped early with a checkpoint in {work / 'ckpt'} (a signal, "
+            "or its SLURM time limit ahead); a re-run resumes from it"
+        )
     if code != 0:
         raise ApertusError(
             f"training of {name} failed (exit {code}); its checkpoints are kept in "
@@ -249,6 +255,14 @@ def main(argv=None):
             work_root=args.work_root,
             output=args.output,
             nproc=cfg["nproc"],
+            nnodes=next(
+                (
+                    s.get("nnodes", cfg["nnodes"])
+                    for s in cfg["long_context"]
+                    if s["name"] == args.name
+                ),
+                cfg["nnodes"],
+            ),
         )
         record["unigram_entropy"] = unigram_entropy(Path(spec["phase_dir"]))
         atomic_write_json(args.output / "run.json", record)

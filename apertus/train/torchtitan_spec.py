@@ -35,6 +35,7 @@ import json
 import math
 import os
 import resource
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +79,7 @@ from torchtitan.trainer import Trainer
 from apertus.core import ApertusError
 from apertus.model.model import ApertusModel
 from apertus.train.ademamix import AdEMAMix, param_groups
+from apertus.train.config_registry import STOP_AT_ENV, STOPPED_FILE
 from apertus.train.dataloader import LossMaskCounts, active_loader
 from apertus.train.schedule import BatchRamp, constant_lr_with_warmup, linear_lr, wsd_lr
 
@@ -862,6 +864,53 @@ class ApertusMetrics(MetricsProcessor):
 
 
 # ---------------------------------------------------------------------------------------------
+# Early stop: signals and the SLURM time limit
+# ---------------------------------------------------------------------------------------------
+
+
+class StopRequest:
+    """Why this rank should stop after the current step: a SIGTERM / SIGUSR1 it received
+    (SLURM sends SIGTERM on preemption, `scontrol requeue` and `scancel`, then SIGKILL after
+    its KillWait), or the deadline in `APERTUS_STOP_AT` (the SLURM time limit minus a margin)."""
+
+    def __init__(self, stop_at: float | None) -> None:
+        self.stop_at = stop_at
+        self.signal_name: str | None = None
+
+    @classmethod
+    def install(cls) -> StopRequest:
+        raw = os.environ.get(STOP_AT_ENV)
+        request = cls(float(raw) if raw else None)
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, request._on_signal)
+        return request
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+    def reason(self, *, trained: bool) -> str | None:
+        """Why to stop now, or None. The deadline counts only once this process `trained` a
+        step, so that every attempt makes progress however late it starts."""
+        if self.signal_name is not None:
+            return f"received {self.signal_name}"
+        if trained and self.stop_at is not None and time.time() >= self.stop_at:
+            return TIME_LIMIT
+        return None
+
+
+TIME_LIMIT = "the SLURM time limit is near"
+
+
+def _any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every rank if `flag` is true on any rank."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    value = torch.tensor([int(flag)], dtype=torch.int32, device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+# ---------------------------------------------------------------------------------------------
 # The trainer: torchtitan's, with the global-batch ramp
 # ---------------------------------------------------------------------------------------------
 
@@ -884,6 +933,8 @@ class ApertusTrainer(Trainer):
         """Optimizer steps (from 0 of the schedule) trained with `training.global_batch_size`."""
 
     def __init__(self, config: Config) -> None:
+        self.stop_request = StopRequest.install()
+        self._first_step: int | None = None
         super().__init__(config)
         start = config.training.global_batch_size
         self._sequences_per_micro_step = start // self.gradient_accumulation_steps
@@ -897,6 +948,30 @@ class ApertusTrainer(Trainer):
                 f"batch ramp: global batch {self.ramp.batch} is not a multiple of "
                 f"{self._sequences_per_micro_step} sequences per micro-step on all ranks"
             )
+
+    def should_continue_training(self) -> bool:
+        """torchtitan's test before each step, plus an early stop: after a SIGTERM/SIGUSR1 on
+        any rank, or once `APERTUS_STOP_AT` has passed (and this process trained a step), every
+        rank saves a checkpoint of the last step, rank 0 writes `stopped.txt` in the dump
+        folder (the launcher reads it), and training ends normally."""
+        if self._first_step is None:  # the first call: the checkpoint, if any, is loaded
+            self._first_step = self.step
+        if not super().should_continue_training():
+            return False
+        reason = self.stop_request.reason(trained=self.step > self._first_step)
+        if not _any_rank(reason is not None, self.device):
+            return True
+        if self.step > self._first_step:
+            assert isinstance(self.checkpointer, FiniteCheckpointManager)
+            self.checkpointer.save_now(self.step)
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            reason = reason or "another rank received a signal"
+            logger.warning(f"Stopping early at step {self.step}: {reason}; checkpoint saved")
+            with open(os.path.join(self.config.dump_folder, STOPPED_FILE), "w") as f:
+                json.dump(
+                    {"step": self.step, "reason": reason, "time_limit": reason == TIME_LIMIT}, f
+                )
+        return False
 
     def train_step(self, data_iterator: Any) -> None:
         # torchtitan counts steps from 1; the ramp indexes updates from 0.
@@ -946,7 +1021,29 @@ class FiniteCheckpointManager(CheckpointManager):
     class Config(CheckpointManager.Config):
         pass
 
+    saved_step: int | None = None
+    """The step of the last checkpoint this process wrote."""
+    _forced: bool = False
+
+    def _should_save(self, curr_step: int, last_step: bool = False) -> bool:
+        return self._forced or super()._should_save(curr_step, last_step)
+
     def _save(self, curr_step: int, last_step: bool = False) -> bool:
         if self._should_save(curr_step, last_step):
             assert_finite_parameters(self.states[MODEL].model, f"checkpoint of step {curr_step}")
-        return super()._save(curr_step, last_step)
+        saved = super()._save(curr_step, last_step)
+        if saved:
+            self.saved_step = curr_step
+        return saved
+
+    def save_now(self, curr_step: int) -> None:
+        """A full checkpoint (to resume from) of `curr_step`, whatever the interval, unless
+        this step's is already written; waits for it to be on disk."""
+        if not self.enable or self.saved_step == curr_step:
+            return
+        self._forced = True
+        try:
+            self._save(curr_step)
+        finally:
+            self._forced = False
+        self.maybe_wait_for_saving()

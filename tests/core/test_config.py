@@ -111,7 +111,9 @@ def test_overrides_merge_over_files(tmp_path):
     preset.write_text("run: big\nresources: {default: {mem_mb: 64000}}\n")
     config = load_config([preset], ["resources.default.threads=8"])
     assert config["run"] == "big"
-    assert config["resources"]["default"] == {"threads": 8, "mem_mb": 64000, "runtime": 60}
+    default = config["resources"]["default"]
+    assert (default["threads"], default["mem_mb"], default["runtime"]) == (8, 64000, 60)
+    assert default["gpus"] == 0 and default["slurm_partition"] is None  # schema defaults
 
 
 def test_misspelled_key_in_a_config_file_names_key(tmp_path):
@@ -217,7 +219,8 @@ def test_cli_show_prints_resolved_config(capsys):
 
 def test_optional_mapping_gets_defaults_and_clear_errors():
     config = load_config(overrides=["resources.data.threads=2"])
-    assert config["resources"]["data"] == {"threads": 2, "mem_mb": 4000, "runtime": 60}
+    data = config["resources"]["data"]
+    assert (data["threads"], data["mem_mb"], data["runtime"], data["gpus"]) == (2, 4000, 60, 0)
     assert load_config()["resources"]["data"] is None
     with pytest.raises(ConfigError, match=r"unknown key 'resources\.data\.thread' \(did you mean"):
         load_config(overrides=["resources.data.thread=2"])

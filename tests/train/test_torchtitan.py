@@ -31,6 +31,7 @@ from apertus.model.config_registry import flavor
 from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
 from apertus.train.ademamix import AdEMAMix, param_groups
 from apertus.train.config_registry import (
+    STOP_AT_ENV,
     checkpoint_steps,
     load_run_spec,
     resolve_initial_checkpoint,
@@ -38,7 +39,7 @@ from apertus.train.config_registry import (
 )
 from apertus.train.dataloader import PhaseDataLoader, PhaseVocabulary
 from apertus.train.goldfish import goldfish_mask
-from apertus.train.launch import _divergence_message, torchrun_command
+from apertus.train.launch import STOPPED, _divergence_message, torchrun_command
 from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
 from apertus.train.torchtitan_spec import (
     AdEMAMixOptimizers,
@@ -417,6 +418,16 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
     assert f"Training starts at step {resumed_from + 1}" in proc.stdout
     final = load_checkpoint(tmp_path / "killed" / "ckpt" / "step-30", tmp_path)
     reference = load_checkpoint(one_process_run[0] / "ckpt" / "step-30", tmp_path)
+    assert_same_training_state(final, reference)
+    ours = read_metrics(metrics_file)
+    theirs = read_metrics(one_process_run[0] / "out" / "metrics.jsonl")
+    assert [ours[s]["loss"] for s in ours] == [theirs[s]["loss"] for s in theirs]
+    print(f"\nkilled after step {killed_after}, resumed from step {resumed_from}")
+
+
+def assert_same_training_state(final: dict, reference: dict) -> None:
+    """Two flat checkpoints (load_checkpoint) hold the same weights, optimizer state, step and
+    data position, exactly."""
     assert final.keys() == reference.keys()
     for key, value in reference.items():
         if isinstance(value, torch.Tensor):
@@ -430,10 +441,47 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
                 assert same, name
         else:
             assert final[key] == value, key
-    ours = read_metrics(metrics_file)
-    theirs = read_metrics(one_process_run[0] / "out" / "metrics.jsonl")
-    assert [ours[s]["loss"] for s in ours] == [theirs[s]["loss"] for s in theirs]
-    print(f"\nkilled after step {killed_after}, resumed from step {resumed_from}")
+
+
+@pytest.mark.slow
+def test_early_stops_save_a_checkpoint_and_resume_to_the_same_weights(
+    two_process_run, phase, tmp_path
+):
+    """The two ways a 2-rank run stops early, each saving a checkpoint of the step it ended,
+    whatever the interval, and exiting with launch.STOPPED (75): the deadline of a SLURM time
+    limit (`APERTUS_STOP_AT`, here already past: one step, then stop), and a SIGTERM (what
+    SLURM sends on preemption and `scontrol requeue`), here to the launcher, which passes it
+    on. The third attempt finishes with the uninterrupted run's exact state."""
+    directory = tmp_path / "stopped"
+    spec = write_spec(directory, phase)
+    command = [sys.executable, "-m", "apertus.train.launch", "--spec", str(spec), "--nproc", "2"]
+    env = {**os.environ, STOP_AT_ENV: str(time.time() - 1)}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == STOPPED, proc.stdout[-4000:] + proc.stderr
+    assert sorted(checkpoint_steps(directory / "ckpt")) == [1]
+    assert "stopped early at step 1 (the SLURM time limit is near)" in proc.stderr
+
+    metrics_file = directory / "out" / "metrics.jsonl"
+    with open(tmp_path / "signalled.log", "w") as log:
+        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while process.poll() is None and time.monotonic() < deadline:
+            if metrics_file.exists() and max(read_metrics(metrics_file)) >= 13:
+                process.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.01)
+        assert process.wait(timeout=120) == STOPPED, (tmp_path / "signalled.log").read_text()
+    signalled = (tmp_path / "signalled.log").read_text()
+    assert "Training starts at step 2" in signalled
+    stopped_at = max(checkpoint_steps(directory / "ckpt"))
+    assert 13 <= stopped_at < 30
+    assert f"stopped early at step {stopped_at} (received SIGTERM)" in signalled
+
+    proc = run_ok(spec, 2)
+    assert f"Training starts at step {stopped_at + 1}" in proc.stdout
+    final = load_checkpoint(directory / "ckpt" / "step-30", tmp_path)
+    reference = load_checkpoint(two_process_run[0] / "ckpt" / "step-30", tmp_path)
+    assert_same_training_state(final, reference)
 
 
 @pytest.mark.slow

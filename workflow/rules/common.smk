@@ -11,6 +11,7 @@ try:
     from apertus.core import ApertusError
     from apertus.core.config import load_schema, validate_config
     from apertus.core.files import canonical_json
+    from apertus.core.resources import job_resources
 except ImportError as e:
     raise WorkflowError(
         f"cannot import the apertus package ({e}); set up the environment with "
@@ -109,9 +110,11 @@ def stage_threads(stage):
     return stage_resources(stage)["threads"]
 
 
-def stage_job_resources(stage):
-    """Scheduler resources (everything but threads) for a rule's `resources:`."""
-    return {k: v for k, v in stage_resources(stage).items() if k != "threads"}
+def stage_job_resources(stage, nodes=1):
+    """Scheduler resources (everything but threads) for a rule's `resources:`, on `nodes`
+    nodes: memory, time, GPUs per node as GRES, SLURM partition/account/... (apertus.core.resources).
+    """
+    return job_resources(stage_resources(stage), nodes=nodes)
 
 
 def check_stage_contract():

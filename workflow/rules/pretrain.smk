@@ -8,6 +8,11 @@ PRETRAIN_STAGES = PRETRAIN["phases"] + [
 ]
 # Each stage starts from the one before it; the first phase from a fresh model.
 PRETRAIN_PREVIOUS = dict(zip(PRETRAIN_STAGES, [None, *PRETRAIN_STAGES[:-1]]))
+# Nodes of each stage's job: `pretrain.nnodes`, or a long-context stage's own `nnodes`.
+PRETRAIN_NODES = {phase: PRETRAIN["nnodes"] for phase in PRETRAIN["phases"]} | {
+    stage["name"]: stage.get("nnodes", PRETRAIN["nnodes"])
+    for stage in PRETRAIN["long_context"]
+}
 # A phase depends on every key but the long-context stages; those depend on all of them.
 PRETRAIN_PHASE_KEYS = [key for key in PRETRAIN if key != "long_context"]
 
@@ -36,7 +41,12 @@ rule pretrain_stage:
         "../../environment.yml"
     threads: stage_threads("pretrain")
     resources:
-        **stage_job_resources("pretrain"),
+        **{
+            key: lambda wildcards, key=key: stage_job_resources(
+                "pretrain", PRETRAIN_NODES[wildcards.stage]
+            )[key]
+            for key in stage_job_resources("pretrain")
+        },
     params:
         config=lambda wildcards: (
             stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
