@@ -3,6 +3,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from shutil import which
 
 import pytest
 
@@ -27,20 +28,66 @@ def repo():
     return REPO
 
 
+CLUSTER_SCRIPT = REPO / "profiles" / "slurm-local" / "cluster.sh"
+
+
+def slurm_installable() -> str | None:
+    """Why the local SLURM cluster cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "the local SLURM cluster's daemons run as root"
+    missing = [tool for tool in ("slurmctld", "slurmd", "munged", "sbatch") if not which(tool)]
+    if missing:
+        return f"{', '.join(missing)} not installed (bash {CLUSTER_SCRIPT} install)"
+    return None
+
+
+def default_run_executor() -> str:
+    """Where the default run's jobs run: `slurm` (the local cluster, through Snakemake's SLURM
+    executor) when it can start here, else `local`; APERTUS_TEST_EXECUTOR chooses."""
+    chosen = os.environ.get("APERTUS_TEST_EXECUTOR")
+    if chosen not in (None, "slurm", "local"):
+        raise pytest.UsageError(f"APERTUS_TEST_EXECUTOR={chosen!r}: use slurm or local")
+    return chosen or ("local" if slurm_installable() else "slurm")
+
+
 @pytest.fixture(scope="session")
-def default_run(tmp_path_factory):
-    """The whole default pipeline, run once per test session through Snakemake on 2 cores into
-    a scratch results directory; tests of each stage read its outputs. Returns the run dir."""
+def slurm_cluster():
+    """A one-node SLURM cluster on this machine (profiles/slurm-local/cluster.sh), started for
+    the session and stopped after it (unless it was running before). Skips where it cannot
+    run, except in CI (`CI` set), where that fails."""
+    why_not = slurm_installable()
+    if why_not:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the SLURM tests, but {why_not}")
+        pytest.skip(why_not)
+    was_running = subprocess.run(["bash", CLUSTER_SCRIPT, "status"], capture_output=True)
+    if was_running.returncode != 0:
+        subprocess.run(["bash", CLUSTER_SCRIPT, "start"], check=True, timeout=120)
+    yield
+    if was_running.returncode != 0:
+        subprocess.run(["bash", CLUSTER_SCRIPT, "stop"], check=False, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def default_run(request, tmp_path_factory):
+    """The whole default pipeline, run once per test session into a scratch results directory;
+    tests of each stage read its outputs. Returns the run dir. Its jobs go through the local
+    SLURM cluster (profiles/slurm-local) where it can run (see `default_run_executor`), else the
+    local executor on 2 cores."""
     results = tmp_path_factory.mktemp("results")
+    if default_run_executor() == "slurm":
+        request.getfixturevalue("slurm_cluster")
+        where = ["--profile", "profiles/slurm-local"]
+    else:
+        where = ["--cores", "2"]
     run_tool(
         "snakemake",
-        "--cores",
-        "2",
+        *where,
         "--config",
         f"results_dir={results}",
         "run=e2e",
         check=True,
-        timeout=1800,
+        timeout=2400,
     )
     return results / "e2e"
 

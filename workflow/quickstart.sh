@@ -35,6 +35,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
+# The tests marked `slurm` start a one-node SLURM cluster (profiles/slurm-local/cluster.sh);
+# as root, install its Debian packages when they are missing (else those tests are skipped).
+if [ "$what" = test ] && [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null; then
+  bash profiles/slurm-local/cluster.sh install ||
+    echo "warning: slurm-wlm and munge could not be installed; the SLURM tests will skip" >&2
+fi
+
 export PATH="$(cd "$venv" && pwd)/bin:$PATH"
 case "$what" in
   run) exec snakemake "$@" ;;

@@ -141,17 +141,17 @@ def run(
     """
     if nproc < 1 or nnodes < 1:
         raise ApertusError(f"--nproc and --nnodes must be >= 1, got {nproc} and {nnodes}")
+    job = SlurmJob.current()
+    if job is None and nnodes > 1:
+        raise ApertusError(
+            f"training on {nnodes} nodes needs a SLURM allocation (no SLURM_JOB_ID here); "
+            "run the pipeline with --profile profiles/slurm"
+        )
     spec_path = Path(spec_path).absolute()
     spec = load_run_spec(spec_path)
     preflight(spec, world_size=nproc * nnodes)
-    job = SlurmJob.current()
     env = dict(os.environ)
     if job is None:
-        if nnodes > 1:
-            raise ApertusError(
-                f"training on {nnodes} nodes needs a SLURM allocation (no SLURM_JOB_ID here); "
-                "run the pipeline with --profile profiles/slurm"
-            )
         command = torchrun_command(nproc, extra_args)
     else:
         command = srun_command(

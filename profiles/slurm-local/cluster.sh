@@ -39,9 +39,11 @@ cmd_install() {
     need_root
     command -v apt-get >/dev/null ||
         die "slurm-wlm and munge are missing and there is no apt-get to install them"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        slurm-wlm munge >/dev/null ||
-        die "apt-get install slurm-wlm munge failed (run 'apt-get update' first?)"
+    local install=(apt-get install -y -q --no-install-recommends slurm-wlm munge)
+    # A fresh machine may have no package lists yet: update once and retry.
+    DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null; } ||
+        die "apt-get install slurm-wlm munge failed"
     echo "cluster.sh: installed slurm-wlm and munge"
 }
 
