@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import subprocess
@@ -6,6 +7,8 @@ from pathlib import Path
 from shutil import which
 
 import pytest
+
+from apertus.core.manifest import find_step_manifests
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -29,6 +32,8 @@ def repo():
 
 
 CLUSTER_SCRIPT = REPO / "profiles" / "slurm-local" / "cluster.sh"
+# Written next to the default run: each step manifest's SLURM job id right after the run.
+SLURM_JOBS = "default-run-slurm-jobs.json"
 
 
 def slurm_installable() -> str | None:
@@ -89,6 +94,12 @@ def default_run(request, tmp_path_factory):
         check=True,
         timeout=2400,
     )
+    # Where each step ran, before later tests re-run some steps locally (tests/slurm).
+    jobs = {
+        str(path.relative_to(results)): json.loads(path.read_text())["slurm_job_id"]
+        for path in find_step_manifests(results / "e2e")
+    }
+    (results / SLURM_JOBS).write_text(json.dumps(jobs, indent=1))
     return results / "e2e"
 
 

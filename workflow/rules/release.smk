@@ -55,8 +55,16 @@ rule release:
         run_dir=lambda wildcards, output: os.path.dirname(output.out),
         base=lambda wildcards, input: f"--base {input.base}={RELEASE_BASE}",
         optional=lambda wildcards, input: " ".join(
-            ([f"--aligned {input.aligned[0]}={RELEASE_ALIGNED}"] if input.aligned else [])
-            + ([f"--memorization {input.memorization[0]}"] if input.memorization else [])
+            (
+                [f"--aligned {input.aligned[0]}={RELEASE_ALIGNED}"]
+                if input.aligned
+                else []
+            )
+            + (
+                [f"--memorization {input.memorization[0]}"]
+                if input.memorization
+                else []
+            )
             + (
                 [f"--reward-json {input.reward[0]} --reward-md {input.reward[1]}"]
                 if input.reward
