@@ -20,6 +20,8 @@ from apertus.train.torchtitan_spec import TIME_LIMIT, StopRequest
 from tests.conftest import REPO
 
 CPU = {"threads": 16, "mem_mb": 64000, "runtime": 720, "slurm_partition": "cpu"}
+# Rules of GPU stages that do CPU work and take `resources.default`.
+CPU_RULES = {"posttrain_instructions", "posttrain_sft_data", "evaluate_tasks", "evaluate_table"}
 GPU = {"threads": 72, "mem_mb": 400000, "runtime": 720, "gpus": 4, "slurm_partition": "gpu"}
 
 
@@ -135,7 +137,7 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
     for job in plan.jobs:
         options = job.sbatch.split()
         seen.add(job.rule)
-        stage = job.rule.split("_")[0]
+        stage = "default" if job.rule in CPU_RULES else job.rule.split("_")[0]
         entry = res.get({"export": "evaluate"}.get(stage, stage)) or res["default"]
         assert options[options.index("-t") + 1] == str(entry["runtime"]), job.rule
         assert options[options.index("-p") + 1] == entry["slurm_partition"], job.rule
@@ -146,7 +148,10 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
             assert f"--cpus-per-task={res['pretrain']['threads']}" in options
         elif stage in ("data", "tokenize"):
             assert not any("gpu" in o for o in options) and "--nodes=1" in options, job.rule
-        elif job.rule in ("evaluate_checkpoint", "evaluate_tasks"):
+        elif job.rule == "evaluate_checkpoint":
             assert "--gres=gpu:1" in options and "--nodes=1" in options
+        elif job.rule in CPU_RULES:
+            assert not any("gpu" in o for o in options), job.rule
     assert {"pretrain_stage", "data_filter", "tokenize_shards", "evaluate_checkpoint"} <= seen
+    assert seen >= CPU_RULES
     assert nodes["ctx64k"] < pretrain["nnodes"]  # its 128-sequence batch needs fewer ranks

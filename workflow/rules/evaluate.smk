@@ -55,7 +55,8 @@ rule evaluate_tasks:
         "../../environment.yml"
     threads: 1
     resources:
-        **stage_job_resources("evaluate"),
+        # CPU work: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
     params:
         config=stage_config("evaluate", "tasks"),
     shell:
@@ -149,7 +150,8 @@ rule evaluate_table:
         "../../environment.yml"
     threads: 1
     resources:
-        **stage_job_resources("evaluate"),
+        # CPU work: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
     params:
         config=stage_config("evaluate", "table"),
         results=lambda wildcards, input: " ".join(

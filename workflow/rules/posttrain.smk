@@ -21,7 +21,8 @@ rule posttrain_instructions:
         "../../environment.yml"
     threads: 1
     resources:
-        **stage_job_resources("posttrain"),
+        # CPU work: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
     params:
         config=stage_subconfig("posttrain", "instructions"),
     shell:
@@ -44,7 +45,8 @@ rule posttrain_sft_data:
         "../../environment.yml"
     threads: 1
     resources:
-        **stage_job_resources("posttrain"),
+        # CPU work: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
     params:
         config=stage_subconfig("posttrain", "sft_data"),
     shell:
