@@ -9,7 +9,7 @@
 #
 # The config is /etc/slurm/slurm.conf, where every SLURM command looks (Snakemake's SLURM
 # jobstep drops SLURM_CONF from the environment of the jobs it starts); a slurm.conf there
-# that this script did not write is never overwritten. State (spool, logs, pid files) lives in
+# that this script did not write is never overwritten, and `stop` removes it. State (spool, logs, pid files) lives in
 # $APERTUS_SLURM_DIR (default /tmp/apertus-slurm): slurmctld.log and slurmd.log are there.
 # The node is this host (`hostname -s`) with all its CPUs and most of its memory, in one
 # partition `local`. Accounting is off (the profile asks squeue for job states, not sacct).
@@ -130,6 +130,9 @@ cmd_stop() {
         for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
         kill -9 "$pid" 2>/dev/null || true
     done
+    # With a config naming a stopped controller every SLURM command waits ~9 s before failing,
+    # and Snakemake's SLURM plugin runs several when it is loaded, by every `snakemake`.
+    rm -f "$CONF"
     echo "cluster.sh: stopped"
 }
 
