@@ -6,7 +6,9 @@
     select  quality and toxicity thresholds per language (computed on the data) -> PII ->
             the corpus, per source and language
 
-A `FunnelCheckpoint` follows every filter, so the funnel shows what each one removed.
+A `FunnelCheckpoint` follows every filter, so the funnel shows what each one removed, and a
+`DocumentProgress` follows the reader of the filter and select pipelines, so their logs show
+progress with an ETA.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
 
 from apertus.core import ApertusError
+from apertus.core.progress import Progress, count_records
 from apertus.data.config import DataConfig, Source
 from apertus.data.funnel import FunnelCheckpoint
 
@@ -39,6 +42,57 @@ def resolve_source(source: Source, sample_dir: Path | None) -> Source:
     if sample_dir is None:
         raise ValueError(f"source {source.name!r} reads the sample corpus, but none was given")
     return dataclasses.replace(source, path=str(Path(sample_dir) / f"{source.name}.jsonl.gz"))
+
+
+def reader_documents(reader, rank: int, world_size: int) -> int | None:
+    """The documents datatrove `reader` yields in task `rank` of `world_size`, where cheaply
+    known, for the ETA: the records of the task's files (`count_records`: Parquet footers,
+    JSON Lines newlines) less the reader's `skip`, at most its `limit`. Files on a remote
+    filesystem, a Hub dataset and formats without a cheap count (WARC) give None (count and
+    rate only), or the `limit` when there is one."""
+    limit = getattr(reader, "limit", -1)
+    total = None
+    folder = getattr(reader, "data_folder", None)
+    if folder is not None and folder.is_local():
+        if getattr(reader, "paths_file", None):
+            from datatrove.io import get_shard_from_paths_file
+
+            files = list(get_shard_from_paths_file(reader.paths_file, rank, world_size))
+        else:
+            files = folder.get_shard(
+                rank, world_size, recursive=reader.recursive, glob_pattern=reader.glob_pattern
+            )
+        total = count_records(folder.resolve_paths(files or []))
+        if total is not None:
+            total = max(total - getattr(reader, "skip", 0), 0)
+    if limit != -1:
+        total = limit if total is None else min(total, limit)
+    return total
+
+
+class DocumentProgress:
+    """Progress of one datatrove task in documents, with an ETA (`apertus.core.progress`),
+    counted right after the reader; documents pass through unchanged.
+
+    A plain callable, not a `PipelineStep`: datatrove keeps stats only for steps, so it adds
+    nothing to stats.json, the step summaries of the manifests or the funnel, and the other
+    steps' stats keep their places. The total comes from `reader_documents` of `reader` (None:
+    count and rate, no ETA). With several tasks each writes its own line, named by its task.
+    """
+
+    def __init__(self, what: str, reader=None) -> None:
+        self.what, self.reader = what, reader
+
+    def __repr__(self) -> str:  # the pipeline listing in datatrove's log
+        return "📈 - PROGRESS: documents"
+
+    def __call__(self, data, rank: int = 0, world_size: int = 1):
+        total = None if self.reader is None else reader_documents(self.reader, rank, world_size)
+        what = self.what if world_size == 1 else f"{self.what} (task {rank + 1} of {world_size})"
+        with Progress(total, what, unit="documents") as progress:
+            for document in data or ():
+                progress.update()
+                yield document
 
 
 def run_pipeline(
@@ -88,8 +142,10 @@ def filter_steps(
     from apertus.data.robots import RobotsFilter
 
     lang = cfg.language
+    reader = make_reader(source, limit=limit)
     steps: list = [
-        make_reader(source, limit=limit),
+        reader,
+        DocumentProgress(f"filtering {job}", reader),
         LanguageTagger(
             backend=lang.backend, model_path=lang.model_path, trust_hint_for=lang.trust_hint_for
         ),
@@ -315,7 +371,8 @@ def select_steps(
     from apertus.data.pii import PIIFormatter
 
     job = "select"
-    steps: list = [JsonlReader(str(input_root), glob_pattern="**/*.jsonl.gz", add_file_path=False)]
+    reader = JsonlReader(str(input_root), glob_pattern="**/*.jsonl.gz", add_file_path=False)
+    steps: list = [reader, DocumentProgress("selecting", reader)]
     for task, reason in (("quality", "low_quality"), ("toxicity", "toxic")):
         spec = getattr(cfg, task)
         if spec.enabled:

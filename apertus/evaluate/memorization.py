@@ -45,6 +45,7 @@ import numpy as np
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json
+from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.data.probes import Probe, read_probes
 
@@ -232,7 +233,10 @@ def measure(
 
     generated: list[list[int]] = []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    with torch.inference_mode():
+    with (
+        torch.inference_mode(),
+        Progress(len(prompts), f"memorization {Path(model_dir).name}", unit="probes") as progress,
+    ):
         for start in range(0, len(prompts), batch_size):
             # Every prompt has the same length: the batch needs no padding.
             batch = torch.tensor(prompts[start : start + batch_size], device=torch_device)
@@ -253,6 +257,7 @@ def measure(
                     "this transformers version stopped early despite eos_token_id=None"
                 )
             generated.extend(new.tolist())
+            progress.update(len(batch))
 
     rows = []
     for probe, prompt, reference, candidate in zip(

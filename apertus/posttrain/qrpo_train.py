@@ -68,6 +68,7 @@ from apertus.core.files import (
     sha256_file,
     sha256_text,
 )
+from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.posttrain.qrpo import (
     BETA_KL,
@@ -588,11 +589,16 @@ def main(argv=None):
         del state
         work.mkdir(parents=True, exist_ok=True)
         metrics_path = work / "metrics.jsonl"
-        with metrics_path.open("w", encoding="utf-8") as metrics_file:
+        total_steps = cfg.epochs * steps_per_epoch(len(completions), cfg.batch_size)
+        with (
+            metrics_path.open("w", encoding="utf-8") as metrics_file,
+            Progress(total_steps, "training qrpo", unit="steps") as progress,
+        ):
 
             def write(metrics: dict[str, Any]) -> None:
                 metrics_file.write(json.dumps(metrics) + "\n")
                 metrics_file.flush()
+                progress.update(loss=metrics["loss"], epoch=metrics["epoch"])
                 log.info(
                     "step %d: loss %.5f, Rq %.3f, log-ratio %.3f, beta %.4f",
                     metrics["step"],

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from apertus.core import ApertusError
+from apertus.core.progress import Progress
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -282,15 +283,17 @@ class RewardModelReward:
     @torch.no_grad()
     def score(self, exchanges: Sequence[Exchange]) -> list[float]:
         scores = []
-        for ex in exchanges:
-            ids = render_chat(
-                self.tokenizer,
-                ex.conversation(),
-                add_generation_prompt=False,
-                where=f"prompt {ex.prompt_id}",
-            )
-            logits = self.model(torch.tensor([ids], device=self.device)).logits
-            scores.append(float(logits[0, 0].float()))
+        with Progress(len(exchanges), "reward model", unit="completions") as progress:
+            for ex in exchanges:
+                ids = render_chat(
+                    self.tokenizer,
+                    ex.conversation(),
+                    add_generation_prompt=False,
+                    where=f"prompt {ex.prompt_id}",
+                )
+                logits = self.model(torch.tensor([ids], device=self.device)).logits
+                scores.append(float(logits[0, 0].float()))
+                progress.update()
         return scores
 
 
@@ -388,12 +391,15 @@ class JudgeReward:
 
     def score(self, exchanges: Sequence[Exchange]) -> list[float]:
         scores = []
-        for ex in exchanges:
-            ids = self.prompt_ids(ex)
-            probs = rating_probabilities(
-                self.rating_tokens, lambda prefix, ids=ids: self._next_token_logprobs(ids, prefix)
-            )
-            scores.append(expected_rating(probs))
+        with Progress(len(exchanges), "judge", unit="completions") as progress:
+            for ex in exchanges:
+                ids = self.prompt_ids(ex)
+                probs = rating_probabilities(
+                    self.rating_tokens,
+                    lambda prefix, ids=ids: self._next_token_logprobs(ids, prefix),
+                )
+                scores.append(expected_rating(probs))
+                progress.update()
         return scores
 
 

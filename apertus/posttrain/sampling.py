@@ -67,6 +67,7 @@ from transformers import AutoConfig, LogitsProcessor
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_open, atomic_write_json, atomic_write_text
+from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.posttrain.rewards import (
     DEVICES,
@@ -308,10 +309,11 @@ def generate_ids(
     batch_size: int,
     stops: Mapping[int, str],
     pad_id: int,
+    progress: Progress | None = None,
 ) -> list[tuple[list[int], str]]:
     """(completion ids, finish reason) of each prompt with transformers ``generate``: rows of
     `batch_size` left-padded prompts; temperature 0 is greedy, otherwise row i samples from
-    its own generator seeded with ``seeds[i]``."""
+    its own generator seeded with ``seeds[i]``. `progress` counts the completions."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     generation = GenerationConfig(
@@ -347,6 +349,8 @@ def generate_ids(
         )
         for row in out[:, width:].tolist():
             results.append(_cut_at_stop(row[:max_new_tokens], stops))
+        if progress is not None:
+            progress.update(len(batch))
     return results
 
 
@@ -445,16 +449,20 @@ def generate_answers(
     else:
         model = load_causal_lm(folder, dtype=dtype, device=device)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(stops))
-        outputs = generate_ids(
-            model,
-            prompt_ids,
-            seeds,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
-            stops=stops,
-            pad_id=pad_id,
-        )
+        how = "greedy" if temperature == 0 else f"T={temperature:g}"
+        # vLLM shows its own progress bar; this loop is ours.
+        with Progress(len(jobs), f"sampling {folder.name} ({how})", unit="completions") as progress:
+            outputs = generate_ids(
+                model,
+                prompt_ids,
+                seeds,
+                temperature=temperature,
+                max_new_tokens=max_new_tokens,
+                batch_size=batch_size,
+                stops=stops,
+                pad_id=pad_id,
+                progress=progress,
+            )
         del model
     samples = []
     for (i, j), ids, (completion, reason) in zip(jobs, prompt_ids, outputs, strict=True):
@@ -514,9 +522,11 @@ def completion_logprobs(
     *,
     batch_size: int,
     pad_id: int,
+    progress: Progress | None = None,
 ) -> list[float]:
     """log pi(y | x) = sum over the completion's tokens of log p(y_t | x, y_<t) for each
-    (prompt ids, completion ids) pair (the log-probs QRPO's loss uses, RECIPE.md §7).
+    (prompt ids, completion ids) pair (the log-probs QRPO's loss uses, RECIPE.md §7);
+    `progress` counts the completions.
 
     Batches are left-padded with explicit positions, so every completion ends at the last
     column and only the last (longest completion) columns of logits are computed. Log-softmax
@@ -548,6 +558,8 @@ def completion_logprobs(
         token_logp = logp.gather(-1, targets[..., None])[..., 0].double().cpu()
         for i, (_, c) in enumerate(batch):
             out.append(float(token_logp[i, keep - 1 - len(c) :].sum()))
+        if progress is not None:
+            progress.update(len(batch))
     return out
 
 
@@ -565,12 +577,15 @@ def reference_logprobs(
     tokenizer = load_hf_tokenizer(folder, "model", chat=False)
     model = load_causal_lm(folder, dtype=dtype, device=device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return completion_logprobs(
-        model,
-        [(s.prompt_ids, s.completion_ids) for s in samples],
-        batch_size=batch_size,
-        pad_id=pad_id,
-    )
+    what = f"reference log-probs {folder.name}"
+    with Progress(len(samples), what, unit="completions") as progress:
+        return completion_logprobs(
+            model,
+            [(s.prompt_ids, s.completion_ids) for s in samples],
+            batch_size=batch_size,
+            pad_id=pad_id,
+            progress=progress,
+        )
 
 
 # --- files -----------------------------------------------------------------------------------

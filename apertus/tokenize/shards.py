@@ -47,6 +47,7 @@ from datatrove.pipeline.tokens import DocumentTokenizer
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, atomic_write_text, sha256_file
+from apertus.core.progress import Progress, count_records
 
 log = logging.getLogger(__name__)
 
@@ -346,20 +347,37 @@ class CorpusReader(PipelineStep):
     or only whitespace are dropped (`skipped_empty`): they would be a bare ``<s></s>``, no
     training signal. Files are dealt to tasks round-robin in sorted order, so a task's shard
     depends only on the file list and the number of tasks, never on the number of workers.
+
+    Each task shows its progress as `what` in documents read, out of its files' rows
+    (`apertus.core.progress.count_records`: Parquet footers, JSONL.gz lines).
     """
 
     name = "📚 Corpus reader"
     type = "📖 - READER"
 
-    def __init__(self, files: Sequence[tuple[str, str, str]], exclude_ids: Iterable[str] = ()):
+    def __init__(
+        self,
+        files: Sequence[tuple[str, str, str]],
+        exclude_ids: Iterable[str] = (),
+        what: str = "tokenizing",
+    ):
         super().__init__()
         self.files = [tuple(entry) for entry in files]
         self.exclude_ids = frozenset(exclude_ids)
+        self.what = what
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1):
-        for path, source, language in self.files[rank::world_size]:
+        files = self.files[rank::world_size]
+        what = self.what if world_size == 1 else f"{self.what} (task {rank + 1} of {world_size})"
+        total = count_records(path for path, _, _ in files)
+        with Progress(total, what, unit="documents") as progress:
+            yield from self._documents(files, progress)
+
+    def _documents(self, files: Sequence[tuple[str, str, str]], progress: Progress):
+        for path, source, language in files:
             for row in _rows_of_file(Path(path), source, language):
                 self.stat_update("documents_read")
+                progress.update()
                 if row["id"] in self.exclude_ids:
                     self.stat_update("excluded_heldout")
                     continue
@@ -478,7 +496,9 @@ def write_token_shards(
         )
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    reader = CorpusReader([(str(p), s, lang) for p, s, lang in files], exclude)
+    reader = CorpusReader(
+        [(str(p), s, lang) for p, s, lang in files], exclude, what=f"tokenizing {source}"
+    )
     executor = LocalPipelineExecutor(
         pipeline=[reader, tokenizer_step],
         tasks=tasks,

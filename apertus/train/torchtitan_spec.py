@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import resource
 import signal
 import time
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -77,6 +79,7 @@ from torchtitan.tools.logging import logger
 from torchtitan.trainer import Trainer
 
 from apertus.core import ApertusError
+from apertus.core.progress import Progress
 from apertus.model.model import ApertusModel
 from apertus.train.ademamix import AdEMAMix, param_groups
 from apertus.train.config_registry import STOP_AT_ENV, STOPPED_FILE
@@ -99,6 +102,7 @@ __all__ = [
     "parallelize_apertus",
     "patch_missing_set_timeout",
     "read_metrics",
+    "run_name",
     "tensor_parallel_problems",
     "use_cpu_device",
 ]
@@ -756,6 +760,14 @@ class JsonlMetricsLogger(BaseLogger):
         self._file.close()
 
 
+def run_name(dump_folder: str | os.PathLike[str]) -> str:
+    """The training run a dump folder belongs to, for the progress line: `train_and_record`
+    puts it in ``<work>/<name>-<16 hex key>/out``; any other layout gives the folder's parent."""
+    parent = Path(dump_folder).absolute().parent.name
+    match = re.fullmatch(r"(.+)-[0-9a-f]{16}", parent)
+    return match.group(1) if match else parent
+
+
 def read_metrics(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """The JSON Lines metrics of a run: step -> its last record (a resumed run re-logs the
     steps after its checkpoint). A truncated last line (killed mid-write) is skipped."""
@@ -776,8 +788,10 @@ class ApertusMetrics(MetricsProcessor):
     - `jsonl_file`: per-step metrics as JSON Lines (rank 0), next to TensorBoard if enabled;
     - the data loader's loss-mask counts since the last log, summed over all ranks: Goldfish's
       dropped fraction (~1/k), the EOD-masked fraction and the kept tokens;
-    - progress: ``step N/total (x%)`` with the ETA from the mean step time of this run, in
-      the log and as ``eta_s`` in the metrics;
+    - progress (rank 0): an `apertus.core.progress` line ``training <run> N/total steps`` with
+      the ETA from the mean step time since this process's first logged step (so neither a
+      resume nor the first step's warm-up skews it), the loss and tokens/s, and the ETA as
+      ``eta_s`` in the metrics (from the second logged step on);
     - a stop on a non-finite gradient norm. torchtitan already stops on a non-finite loss; a
       finite loss with NaN/inf gradients would otherwise poison the weights silently. Both
       checks run before the step's checkpoint is written, on every rank (the values are
@@ -794,6 +808,7 @@ class ApertusMetrics(MetricsProcessor):
         """The run's last step, for the progress line and ETA (0: no progress line)."""
 
     def _build_metric_logger(self, *, config: Config, dump_folder: str, **kwargs: Any):
+        self.run_name = run_name(dump_folder)
         base = super()._build_metric_logger(config=config, dump_folder=dump_folder, **kwargs)
         rank = dist.get_rank() if dist.is_initialized() else 0
         if not config.jsonl_file or rank != 0:
@@ -803,23 +818,37 @@ class ApertusMetrics(MetricsProcessor):
         loggers.add_logger(JsonlMetricsLogger(os.path.join(dump_folder, config.jsonl_file)))
         return loggers
 
-    def _progress(self, step: int) -> dict[str, float]:
-        """ETA from the mean time per step since this process's first logged step."""
+    def _progress(self, step: int, loss: float) -> dict[str, float]:
+        """Update the progress line (rank 0) and return ``eta_s`` once there is a rate.
+
+        The count starts at the first logged step, so the rate is the mean time per step of
+        the steps after it in this process."""
         total = getattr(self.config, "total_steps", 0)
-        now = time.monotonic()
-        if not total:
+        if not total or (dist.is_initialized() and dist.get_rank() != 0):
             return {}
-        if getattr(self, "_progress_start", None) is None:
-            self._progress_start = (step, now)
+        fields: dict[str, float] = {"loss": loss}
+        started = getattr(self, "time_last_log", None)
+        if started is not None and self.ntokens_since_last_log:
+            # torchtitan's tokens/s per device, computed as its `log` does.
+            elapsed = max(time.perf_counter() - started, 1e-9)
+            dims = getattr(self, "parallel_dims", None)
+            per_device = dims.non_data_parallel_size if dims is not None else 1
+            fields["tokens_per_s"] = self.ntokens_since_last_log / (elapsed * per_device)
+        progress: Progress | None = getattr(self, "progress_line", None)
+        if progress is None:
+            name = getattr(self, "run_name", "") or "run"
+            self.progress_line = Progress(total, f"training {name}", unit="steps", initial=step)
+            self.progress_line.update(0, **fields)
             return {}
-        first_step, start = self._progress_start
-        per_step = (now - start) / max(step - first_step, 1)
-        eta = per_step * max(total - step, 0)
-        logger.info(
-            f"progress: step {step}/{total} ({100 * step / total:.1f}%), "
-            f"ETA {timedelta(seconds=round(eta))}"
-        )
-        return {"eta_s": eta}
+        progress.update(step - progress.done, **fields)
+        eta = progress.eta_s
+        return {} if eta is None else {"eta_s": eta}
+
+    def close(self) -> None:
+        progress: Progress | None = getattr(self, "progress_line", None)
+        if progress is not None:
+            progress.close()
+        super().close()
 
     def _global_mask_counts(self) -> LossMaskCounts | None:
         loader = active_loader()
@@ -852,7 +881,7 @@ class ApertusMetrics(MetricsProcessor):
                 "Stopping training; no checkpoint is written for this step."
             )
         extra = dict(extra_metrics or {})
-        extra.update(self._progress(step))
+        extra.update(self._progress(step, global_avg_loss))
         if getattr(self, "global_batch", None) is not None:
             extra["global_batch"] = self.global_batch
         counts = self._global_mask_counts()
