@@ -12,6 +12,10 @@ DocumentTokenizer wrote (one directory per source), never a copy of them.
   11 bytes per document, whatever the document's length.
 - ``phase.json``: the spec, what each source holds and contributes (tokens, documents, epochs),
   its shard files with the sha256 from the source's ``checksums.json``, and the index's sha256.
+  ``languages`` counts the planned documents and tokens per language, exactly, from the
+  language sidecar of each shard file: per source (every language it holds, 0 where nothing
+  is planned) and for the phase, each summing to the corresponding ``documents_planned`` and
+  ``tokens_planned``. Shards without sidecars are refused: re-run tokenize_shards.
 
 :class:`PhaseDataset` reads a phase back: documents in plan order as memory-mapped slices of the
 original shards, and packed training windows with a resumable position.
@@ -103,6 +107,7 @@ _INDEX_ARRAYS = {
 }
 _UINT32_LIMIT = 1 << 32
 _MAX_SOURCES = 256  # the source column is uint8
+_MAX_LANGUAGES = 1 << 16  # a source's languages are numbered in uint16 while planning
 # The earliest date a zip entry can carry: fixed so that rebuilding gives identical bytes.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -287,6 +292,51 @@ class _SourceShards:
                 raise ApertusError(
                     f"{checksums_path}: records {key}={checksums[key]}, the shards hold {value}"
                 )
+        self.languages, self.doc_language = self._document_languages(listed)
+
+    def _document_languages(self, listed: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
+        """The languages the source holds (sorted) and, per row of the document table, the
+        position of its language among them, from each file's sidecar.
+
+        Sidecars are small (a few bytes per document), so unlike the token files they are read
+        whole and their sha256 checked against checksums.json.
+        """
+        from apertus.tokenize.shards import LANGUAGES_SUFFIX, document_languages
+
+        per_file: list[tuple[list[str], np.ndarray]] = []
+        for shard in self.files:
+            relpath = shard.relpath + LANGUAGES_SUFFIX
+            path = self.directory / relpath
+            entry = listed.get(relpath)
+            if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+                raise ApertusError(
+                    f"{path}: not in {CHECKSUMS_FILE}: the shards of source {self.name!r} were "
+                    "written without the language of each document (before sidecars existed); "
+                    f"remove {self.directory} and re-run tokenize_shards for {self.name!r}"
+                )
+            if not path.is_file():
+                raise ApertusError(f"{path}: language sidecar missing (listed in {CHECKSUMS_FILE})")
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise ApertusError(
+                    f"{path}: sha256 differs from {CHECKSUMS_FILE} "
+                    "(corrupted or rewritten after tokenization)"
+                )
+            per_file.append(document_languages(shard.path, len(shard.ends), data))
+        codes = sorted({code for file_codes, _ in per_file for code in file_codes})
+        if len(codes) > _MAX_LANGUAGES:
+            raise ApertusError(
+                f"source {self.name!r}: {len(codes)} languages, at most {_MAX_LANGUAGES}"
+            )
+        position = {code: i for i, code in enumerate(codes)}
+        # Every document of every file, in (file, document) order, then the table's rows of it.
+        every = [
+            np.array([position[c] for c in file_codes], dtype=np.uint16)[positions]
+            for file_codes, positions in per_file
+        ]
+        every_language = np.concatenate(every) if every else np.zeros(0, np.uint16)
+        file_start = np.cumsum([0] + [len(shard.ends) for shard in self.files], dtype=np.int64)
+        return codes, every_language[file_start[self.doc_file] + self.doc_id]
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -490,6 +540,7 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
                 "tokens_target": targets[s],
                 "tokens_planned": int(shard.doc_len[rows].sum()),
                 "documents_planned": len(rows),
+                "languages": _planned_by_language(shard, rows),
                 "epochs": epochs,
                 "files": [
                     {
@@ -502,6 +553,15 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
                 ],
             }
         )
+    languages: dict[str, dict[str, int]] = {}
+    for source_record in source_records:
+        for language, counts in source_record["languages"].items():
+            total = languages.setdefault(language, dict.fromkeys(counts, 0))
+            for key, value in counts.items():
+                total[key] += value
+        _check_language_sums(
+            source_record["languages"], source_record, f"{where}, source {source_record['name']!r}"
+        )
     record = {
         "format_version": PHASE_FORMAT_VERSION,
         "name": spec.name,
@@ -509,6 +569,7 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
         "budget": spec.tokens,
         "tokens_planned": int(arrays["tokens"].sum(dtype=np.uint64)),
         "documents_planned": len(arrays["tokens"]),
+        "languages": {language: languages[language] for language in sorted(languages)},
         "dtype": dtype_name,
         "vocab_size": vocab_size,
         "sources": source_records,
@@ -518,8 +579,31 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
             "bytes": index_path.stat().st_size,
         },
     }
+    _check_language_sums(record["languages"], record, where)
     atomic_write_json(out_dir / PHASE_FILE, record)
     return record
+
+
+def _planned_by_language(shards: _SourceShards, rows: np.ndarray) -> dict[str, dict[str, int]]:
+    """Planned documents and tokens of each language a source holds (0 where none is planned);
+    a document planned in two epochs counts twice, as in the source's totals."""
+    languages = shards.doc_language[rows]
+    documents = np.bincount(languages, minlength=len(shards.languages))
+    tokens = np.zeros(len(shards.languages), dtype=np.int64)
+    np.add.at(tokens, languages, shards.doc_len[rows])
+    return {
+        language: {"documents_planned": int(documents[i]), "tokens_planned": int(tokens[i])}
+        for i, language in enumerate(shards.languages)
+    }
+
+
+def _check_language_sums(languages: Mapping[str, Mapping[str, int]], totals: dict, where: str):
+    for key in ("documents_planned", "tokens_planned"):
+        counted = sum(counts[key] for counts in languages.values())
+        if counted != totals[key]:
+            raise ApertusError(
+                f"{where}: {key} per language sum to {counted}, not {totals[key]} (a bug)"
+            )
 
 
 class PhaseDataset:

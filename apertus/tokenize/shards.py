@@ -10,6 +10,10 @@ source, one shard set written by datatrove's `DocumentTokenizer`
   <source>_<task>_<part>_doc_shuffled.ds.index     uint64 cumulative document ends, in tokens
   <source>_<task>_<part>_doc_shuffled.ds.metadata  datatrove's note "<tokenizer>|<bytes per token>",
                                                    then the token count
+  <source>_<task>_<part>_doc_shuffled.ds.languages.json
+                                                   the language of each document of the .ds,
+                                                   in its order: {"codes": [distinct codes,
+                                                   sorted], "documents": [position in codes]}
   checksums.json                                   sha256 and size of every file above, dtype,
                                                    vocab size, documents, tokens, tokenizer sha256
 
@@ -44,6 +48,7 @@ import numpy as np
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.tokens import DocumentTokenizer
+from datatrove.pipeline.tokens.tokenizer import get_output_filename
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, atomic_write_text, sha256_file
@@ -56,6 +61,8 @@ CORPUS_SUFFIXES = (".parquet", ".jsonl.gz")
 # Suffixes of datatrove's token files; an unlisted file with one of them in a shard directory is
 # an error, never silently ignored (a loader that globs *.ds would train on it).
 SHARD_SUFFIXES = (".ds", ".ds.index", ".ds.metadata", ".ds.loss")
+# The sidecar naming the language of each document of a .ds file (`document_languages`).
+LANGUAGES_SUFFIX = ".languages.json"
 # Largest vocabulary whose ids fit in uint16 (ids 0..65535); datatrove's own rule
 # (`PipelineStepWithTokenizer.token_size`).
 UINT16_VOCAB_LIMIT = np.iinfo(np.uint16).max + 1
@@ -258,11 +265,99 @@ def _tokenizer_file(tokenizer_dir: Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------------------------
+# The language of each shard document
+
+
+def languages_path(ds: Path) -> Path:
+    """The sidecar of token file `ds` naming the language of each of its documents."""
+    ds = Path(ds)
+    return ds.with_name(ds.name + LANGUAGES_SUFFIX)
+
+
+def _write_document_languages(ds: Path, languages: Sequence[str]) -> None:
+    codes = sorted(set(languages))
+    position = {code: i for i, code in enumerate(codes)}
+    sidecar = {"codes": codes, "documents": [position[language] for language in languages]}
+    atomic_write_text(
+        languages_path(ds),
+        json.dumps(sidecar, separators=(",", ":"), ensure_ascii=False) + "\n",
+    )
+
+
+def document_languages(
+    ds: Path, documents: int, data: bytes | None = None
+) -> tuple[list[str], np.ndarray]:
+    """The language of each document of token file `ds`, in file order, from its sidecar:
+    (distinct codes, each document's position in them).
+
+    `documents` is the count its .ds.index holds; `data` the sidecar's bytes where the caller
+    has read them already (to check their sha256). A sidecar that is missing, malformed or
+    names another number of documents raises ApertusError naming it.
+    """
+    path = languages_path(ds)
+    if data is None:
+        if not path.is_file():
+            raise ApertusError(f"{path}: missing; the languages of {Path(ds).name} are unknown")
+        data = path.read_bytes()
+    try:
+        sidecar = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApertusError(f"{path}: malformed, not valid JSON ({e})") from e
+    codes = sidecar.get("codes") if isinstance(sidecar, dict) else None
+    positions = sidecar.get("documents") if isinstance(sidecar, dict) else None
+    if not (
+        isinstance(codes, list)
+        and all(isinstance(code, str) and code for code in codes)
+        and len(set(codes)) == len(codes)
+    ):
+        raise ApertusError(f"{path}: malformed, 'codes' is not a list of distinct language codes")
+    if not (isinstance(positions, list) and all(type(p) is int for p in positions)):
+        raise ApertusError(f"{path}: malformed, 'documents' is not a list of integers")
+    array = np.array(positions, dtype=np.int64)
+    if len(array) and (int(array.min()) < 0 or int(array.max()) >= len(codes)):
+        raise ApertusError(f"{path}: malformed, a document's language is not one of 'codes'")
+    if len(array) != documents:
+        raise ApertusError(
+            f"{path}: names the language of {len(array)} documents, but {Path(ds).name} "
+            f"holds {documents}"
+        )
+    return codes, array
+
+
+class _PermutationRecorder:
+    """Stands in for DocumentTokenizer's shuffle generator (`rand`) during one task: passes
+    `permutation` through to it unchanged, so the shards are the same, and keeps each result,
+    the order in which the shuffled files hold the task's documents."""
+
+    def __init__(self, rand: np.random.Generator):
+        self.rand = rand
+        self.drawn: list[np.ndarray] = []
+
+    def permutation(self, x):
+        result = self.rand.permutation(x)
+        self.drawn.append(np.asarray(result))
+        return result
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ApertusError(
+            f"datatrove's DocumentTokenizer drew rand.{name}(); only permutation() is followed, "
+            "so the languages of the shuffled documents would be unknown"
+        )
+
+
 class PlainTextDocumentTokenizer(DocumentTokenizer):
     """datatrove's DocumentTokenizer, encoding text that looks like a special token (a page
     quoting ``</s>`` or ``<|user_start|>``) as plain text, like `encode_documents` does, so no
     document can end early or fake a chat turn. The flag is not saved in tokenizer.json, so it
-    is set on the tokenizer datatrove loads."""
+    is set on the tokenizer datatrove loads.
+
+    It also writes, next to each shuffled part file, the language of each of its documents
+    (`document_languages`): the languages in the order datatrove tokenizes the documents, put
+    in the order of the permutation datatrove draws to shuffle them, then cut at the part
+    files' document counts. The token files are datatrove's, untouched."""
 
     @cached_property
     def tokenizer(self):
@@ -275,6 +370,67 @@ class PlainTextDocumentTokenizer(DocumentTokenizer):
         state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
         state.pop("tokenizer", None)
         return state
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> None:
+        if (
+            not self.shuffle_documents
+            or self.shuffle_chunk_size is not None
+            or self.local_working_dir is not None
+        ):
+            raise ApertusError(
+                "the language sidecars follow datatrove's document shuffle written straight to "
+                "the shard folder only (no chunk shuffle, no local_working_dir)"
+            )
+        languages: list[str] = []
+
+        def noting_languages(documents: DocumentsPipeline) -> DocumentsPipeline:
+            for document in documents:
+                language = document.metadata.get("language")
+                if not isinstance(language, str) or not language:
+                    raise ApertusError(f"document {document.id!r} has no language")
+                languages.append(language)
+                yield document
+
+        rand = self.rand
+        self.rand = recorder = _PermutationRecorder(rand)
+        try:
+            super().run(noting_languages(data), rank, world_size)
+        finally:
+            self.rand = rand
+        if languages:  # a task without documents writes no shuffled file
+            self._write_languages(languages, recorder.drawn, rank)
+
+    def _write_languages(self, languages: list[str], drawn: list[np.ndarray], rank: int) -> None:
+        if len(drawn) != 1 or len(drawn[0]) != len(languages):
+            raise ApertusError(
+                f"task {rank}: datatrove drew {len(drawn)} permutation(s) of "
+                f"{[len(p) for p in drawn]} for {len(languages)} documents, not one of all of "
+                "them; the order of the shuffled documents is unknown"
+            )
+        shuffled = [languages[i] for i in drawn[0]]
+        if not self.output_folder.is_local():
+            raise ApertusError(f"shard folder {self.output_folder.path} is not local")
+        folder = Path(self.output_folder.path)
+        start = part = 0
+        # datatrove numbers the part files of a task from 0 and fills them in shuffled order.
+        while True:
+            ds = folder / get_output_filename(self.save_filename, rank, "doc_shuffled", part)
+            if not ds.exists():
+                break
+            count = len(_read_index(ds.with_name(ds.name + ".index")))
+            if start + count > len(shuffled):
+                raise ApertusError(
+                    f"{ds}: holds documents {start} to {start + count - 1} of task {rank}, "
+                    f"which tokenized {len(shuffled)}; their languages cannot be aligned"
+                )
+            if count:  # an empty trailing part is removed by _remove_empty_shards
+                _write_document_languages(ds, shuffled[start : start + count])
+            start, part = start + count, part + 1
+        if start != len(shuffled):
+            raise ApertusError(
+                f"{folder}: the shuffled files of task {rank} hold {start} documents, but "
+                f"{len(shuffled)} were tokenized; their languages cannot be aligned"
+            )
 
 
 def _document_tokenizer(out_dir: Path, tokenizer_file: Path, **options: Any):
@@ -439,13 +595,15 @@ def write_token_shards(
     Reads ``corpus_dir/<source>/<language>/*`` (minus `exclude_ids` and empty texts), tokenizes
     with datatrove's DocumentTokenizer under a LocalPipelineExecutor (`tasks` tasks, at most
     `workers` at once; each task writes its own shard files, with its documents shuffled by a
-    generator seeded with `seed`), then writes ``out_dir/checksums.json`` atomically, last, so a
-    shard set without it is known to be incomplete. With `max_tokens_per_file`, a task's output
+    generator seeded with `seed`) with the language sidecar of each, then writes
+    ``out_dir/checksums.json`` atomically, last, so a shard set without it is known to be
+    incomplete. With `max_tokens_per_file`, a task's output
     is split into parts; as in datatrove, a part closes after the document that crosses the
     limit. The same corpus, tokenizer, seed and `tasks` give byte-identical shards whatever
     `workers` is. `out_dir` must be empty or absent.
 
-    Returns a summary: files, documents, tokens, documents read / excluded / skipped, dtype.
+    Returns a summary: files, documents, tokens, documents read / excluded / skipped, dtype,
+    and ``languages``: {language: {"documents", "tokens"}} of the shards.
     """
     from datatrove.executor import LocalPipelineExecutor
 
@@ -512,12 +670,18 @@ def write_token_shards(
     removed = _remove_empty_shards(out_dir)
 
     documents = tokens = 0
+    languages: dict[str, dict[str, int]] = defaultdict(lambda: {"documents": 0, "tokens": 0})
     for ds in sorted(out_dir.glob("*.ds")):
         ends = _read_index(ds.with_name(ds.name + ".index"))
         if len(ends) == 0 or int(ends[-1]) * dtype.itemsize != ds.stat().st_size:
             raise ApertusError(f"{ds}: datatrove wrote an index that does not match the tokens")
         documents += len(ends)
         tokens += int(ends[-1])
+        codes, positions = document_languages(ds, len(ends))
+        lengths = np.diff(ends.astype(np.int64), prepend=0)
+        for i, code in enumerate(codes):
+            languages[code]["documents"] += int(np.count_nonzero(positions == i))
+            languages[code]["tokens"] += int(lengths[positions == i].sum())
     forwarded = int(reader_stats["documents_forwarded"].total)
     if documents != forwarded or tokens != int(tokenizer_stats["tokens"].total):
         raise ApertusError(
@@ -554,6 +718,7 @@ def write_token_shards(
         "excluded_heldout": int(reader_stats["excluded_heldout"].total),
         "skipped_empty": int(reader_stats["skipped_empty"].total),
         "empty_files_removed": removed,
+        "languages": {code: languages[code] for code in sorted(languages)},
         "dtype": dtype.name,
         "vocab_size": vocab_size,
     }
@@ -665,7 +830,9 @@ def verify_shards(shard_dir: Path) -> dict:
     Every listed file must exist with its recorded size (smaller: truncated) and sha256; every
     file with a token-file suffix (.ds, .ds.index, ...) in the directory must be listed; each
     .ds must hold whole tokens, agree with the last entry of its .ds.index, frame each
-    document as BOS ... EOS and use only ids of the vocabulary; the totals must match. Raises
+    document as BOS ... EOS and use only ids of the vocabulary; the totals must match. A listed
+    language sidecar must name one language per document of its .ds (shard sets written before
+    sidecars existed have none; the phases refuse them, training does not need them). Raises
     ApertusError naming the first bad file (in sorted order) and what is wrong.
     """
     shard_dir = Path(shard_dir)
@@ -704,7 +871,9 @@ def verify_shards(shard_dir: Path) -> dict:
         if name.endswith(".ds"):
             d, t = _check_token_file(shard_dir / name, checksums)
             documents, tokens = documents + d, tokens + t
-        elif name.endswith(SHARD_SUFFIXES[1:]):
+            if name + LANGUAGES_SUFFIX in listed:
+                document_languages(shard_dir / name, d)
+        elif name.endswith((*SHARD_SUFFIXES[1:], ".ds" + LANGUAGES_SUFFIX)):
             base = name[: name.rindex(".ds") + 3]
             if base not in listed:
                 raise ApertusError(f"{shard_dir / name}: its token file {base} is not listed")

@@ -25,6 +25,13 @@ SOURCES = {
     "edu": (2, [120, 90], (3, 30)),
     "code": (3, [180], (10, 60)),
 }
+LANGUAGES = ("de", "en", "fr", "rm")
+
+
+def document_language(source_id: int, file: int, document: int) -> str:
+    """The language the shards of `write_source` record for a document: a fixed scramble."""
+    digest = hashlib.sha256(f"{source_id}/{file}/{document}".encode()).digest()
+    return LANGUAGES[digest[0] % len(LANGUAGES)]
 
 
 def write_source(
@@ -37,8 +44,11 @@ def write_source(
     dtype: str = "uint16",
     vocab_size: int = 65536,
     empty_every: int = 0,
+    languages: bool = True,
 ) -> dict[tuple[int, int], np.ndarray]:
-    """Write a DocumentTokenizer-style source dir; return {(file, document): tokens}."""
+    """Write a DocumentTokenizer-style source dir, with the language sidecars of
+    apertus.tokenize.shards unless `languages` is false (shards written before them);
+    return {(file, document): tokens}."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     base = source_id * (1000 if dtype == "uint16" else 100_000)
@@ -62,7 +72,14 @@ def write_source(
         ends = np.cumsum([len(d) for d in docs]).astype("<u8")
         (directory / name).write_bytes(tokens.tobytes())
         (directory / f"{name}.index").write_bytes(ends.tobytes())
-        for rel in (name, f"{name}.index"):
+        written = [name, f"{name}.index"]
+        if languages:
+            langs = [document_language(source_id, f, d) for d in range(count)]
+            codes = sorted(set(langs))
+            sidecar = {"codes": codes, "documents": [codes.index(lang) for lang in langs]}
+            (directory / f"{name}.languages.json").write_text(json.dumps(sidecar))
+            written.append(f"{name}.languages.json")
+        for rel in written:
             data = (directory / rel).read_bytes()
             listed[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
         n_docs += count
@@ -725,3 +742,97 @@ def test_all_weight_source_without_tokens_is_refused(shards, tmp_path):
             {**dirs, "empty": tmp_path / "empty"},
             tmp_path / "p",
         )
+
+
+# -- languages -----------------------------------------------------------------------------------
+
+
+def test_tokens_per_language_sum_to_the_totals_and_match_the_index_rows(shards, tmp_path):
+    dirs, originals = shards
+    spec = PhaseSpec("p", 30_000, 4, {"web": 0.3, "edu": 0.5, "code": None})
+    phase = build_phase_index(spec, dirs, tmp_path / "p")
+    assert per_source(phase)["edu"]["epochs"] > 2  # documents repeat: each use counts
+    arrays = index_arrays(tmp_path / "p")
+    phase_total: dict[str, dict[str, int]] = {}
+    for i, record in enumerate(phase["sources"]):
+        source_id = SOURCES[record["name"]][0]
+        expected = {
+            document_language(source_id, f, d): {"documents_planned": 0, "tokens_planned": 0}
+            for f, d in originals[record["name"]]
+        }
+        keep = arrays["source"] == i
+        for f, d, tokens in zip(
+            arrays["file"][keep].tolist(),
+            arrays["document"][keep].tolist(),
+            arrays["tokens"][keep].tolist(),
+            strict=True,
+        ):
+            counts = expected[document_language(source_id, f, d)]
+            counts["documents_planned"] += 1
+            counts["tokens_planned"] += tokens
+        assert record["languages"] == expected
+        for key in ("documents_planned", "tokens_planned"):
+            assert sum(c[key] for c in expected.values()) == record[key]
+        for language, counts in expected.items():
+            total = phase_total.setdefault(language, {"documents_planned": 0, "tokens_planned": 0})
+            for key, value in counts.items():
+                total[key] += value
+    assert phase["languages"] == phase_total
+    assert set(phase_total) == set(LANGUAGES)
+    for key in ("documents_planned", "tokens_planned"):
+        assert sum(c[key] for c in phase_total.values()) == phase[key]
+    assert json.loads((tmp_path / "p" / "phase.json").read_text())["languages"] == phase_total
+
+
+def test_shards_without_language_sidecars_ask_to_rerun_tokenization(shards, tmp_path):
+    dirs, _ = shards
+    write_source(tmp_path / "old", 5, [20], (3, 9), languages=False)
+    with pytest.raises(
+        ApertusError,
+        match=r"old/00000_shard\.ds\.languages\.json: not in checksums\.json.*"
+        r"re-run tokenize_shards for 'old'",
+    ):
+        build_phase_index(
+            PhaseSpec("p", 1_000, 0, {"web": 1, "old": 1}),
+            {**dirs, "old": tmp_path / "old"},
+            tmp_path / "p",
+        )
+    assert not (tmp_path / "p" / "phase.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("relabel", "sha256 differs from checksums.json"),
+        ("delete", "language sidecar missing"),
+        ("drop_document", r"names the language of 149 documents, but 00001_shard\.ds holds 150"),
+        ("not_json", "malformed, not valid JSON"),
+    ],
+)
+def test_corrupt_or_missing_language_sidecar_is_named(shards, tmp_path, damage, message):
+    dirs, _ = shards
+    sidecar = dirs["web"] / "00001_shard.ds.languages.json"
+    original = json.loads(sidecar.read_text())
+    if damage == "relabel":
+        documents = list(original["documents"])
+        documents[7] = (documents[7] + 1) % len(original["codes"])
+        sidecar.write_text(json.dumps(original | {"documents": documents}))
+    elif damage == "delete":
+        sidecar.unlink()
+    else:
+        if damage == "drop_document":
+            sidecar.write_text(json.dumps(original | {"documents": original["documents"][:-1]}))
+        else:
+            sidecar.write_text("{not json")
+        # Recorded in checksums.json as if written so: only the content is wrong.
+        checksums = json.loads((dirs["web"] / "checksums.json").read_text())
+        data = sidecar.read_bytes()
+        checksums["files"][sidecar.name] = {
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+        }
+        (dirs["web"] / "checksums.json").write_text(json.dumps(checksums))
+    with pytest.raises(ApertusError, match=message) as e:
+        build_phase_index(PhaseSpec("p", 1_000, 0, {"web": 1}), dirs, tmp_path / "p")
+    assert sidecar.name in str(e.value)
+    assert not (tmp_path / "p" / "phase.json").exists()

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from apertus.core import ApertusError
 from apertus.data.sample_corpus import make_sample_corpus
+from apertus.tokenize.phases import PhaseSpec, build_phase_index
 from apertus.tokenize.shards import (
     TokenShards,
     heldout_ids,
@@ -755,3 +756,98 @@ def test_text_quoting_special_tokens_is_stored_as_plain_text(world, tmp_path):
     assert list(stored) == encode_documents(world.hf, [text])[0]
     assert stored.count(EOS) == 1 and stored.count(BOS) == 1
     assert world.hf.decode(list(stored), skip_special_tokens=True) == text
+
+
+# ---------------------------------------------------------------------------------------------
+# The language of each shard document
+
+
+def shard_text_languages(shard_dir: Path, hf) -> Counter:
+    """(text, language) of every shard document: the text decoded from its tokens, the language
+    read from the sidecar next to its file, at the document's position."""
+    shards = TokenShards(shard_dir)
+    pairs: Counter = Counter()
+    for f, name in enumerate(shards.files):
+        sidecar = json.loads((shard_dir / f"{name}.languages.json").read_text(encoding="utf-8"))
+        assert len(sidecar["documents"]) == shards.documents(f)
+        for d, position in enumerate(sidecar["documents"]):
+            ids = shards.document(f, d).tolist()
+            text = hf.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            pairs[(text, sidecar["codes"][position])] += 1
+    return pairs
+
+
+def training_rows(world, source: str) -> list[dict]:
+    return [r for r in world.rows[source] if r["id"] not in world.heldout and r["text"].strip()]
+
+
+def counts_per_language(world, rows: list[dict], documents: str, tokens: str) -> dict:
+    """{language: {documents: n, tokens: t}} of corpus rows, tokenized by transformers."""
+    counts: dict[str, dict[str, int]] = {}
+    texts = [r["text"] for r in rows]
+    for row, ids in zip(rows, world.hf(texts)["input_ids"], strict=True):
+        language = counts.setdefault(row["language"], {documents: 0, tokens: 0})
+        language[documents] += 1
+        language[tokens] += len(ids)
+    return counts
+
+
+def test_language_sidecars_name_the_language_of_each_shard_document(world):
+    training = training_rows(world, "web")
+    expected = Counter((r["text"], r["language"]) for r in training)
+    assert shard_text_languages(world.shards, world.hf) == expected
+    assert len(TokenShards(world.shards).files) > 2  # parts of split task outputs
+    assert len({language for _, language in expected}) >= 5
+
+
+def test_language_sidecars_follow_documents_over_many_part_files(world, tmp_path):
+    summary = _write(world, tmp_path / "out", seed=3, tasks=2, max_tokens_per_file=300)
+    shards = TokenShards(tmp_path / "out")
+    per_task = Counter(name.split("_")[1] for name in shards.files)
+    assert len(per_task) == 2 and min(per_task.values()) >= 5
+    training = training_rows(world, "edu")
+    assert shard_text_languages(tmp_path / "out", world.hf) == Counter(
+        (r["text"], r["language"]) for r in training
+    )
+    # The summary's languages, against an independent tokenization of the corpus rows.
+    expected = counts_per_language(world, training, "documents", "tokens")
+    assert summary["languages"] == expected
+    assert sum(c["tokens"] for c in expected.values()) == summary["tokens"]
+
+
+def test_verify_names_a_corrupt_missing_or_misaligned_language_sidecar(world, tmp_path):
+    shards = fresh_copy(world, tmp_path)
+    sidecar = shards / (_ds_files(shards)[1].name + ".languages.json")
+    original = json.loads(sidecar.read_text())
+    assert "languages.json" in "".join(verify_shards(shards)["files"])
+
+    assert len(original["codes"]) > 1
+    relabelled = list(original["documents"])
+    relabelled[0] = (relabelled[0] + 1) % len(original["codes"])  # one document's language
+    relabelled_json = json.dumps(original | {"documents": relabelled}, separators=(",", ":"))
+    sidecar.write_text(relabelled_json + "\n")  # same size, one value differs
+    with pytest.raises(ApertusError, match="checksum mismatch") as e:
+        verify_shards(shards)
+    assert sidecar.name in str(e.value)
+
+    sidecar.write_text(json.dumps(original | {"documents": original["documents"][:-1]}))
+    _rewrite_checksums(shards)  # the hashes match: only the document count is wrong
+    with pytest.raises(ApertusError, match=r"names the language of \d+ documents") as e:
+        verify_shards(shards)
+    assert sidecar.name in str(e.value)
+
+    sidecar.unlink()
+    with pytest.raises(ApertusError, match="missing") as e:
+        verify_shards(shards)
+    assert sidecar.name in str(e.value)
+
+
+def test_phase_counts_the_tokens_of_each_language_of_real_shards(world, tmp_path):
+    phase = build_phase_index(
+        PhaseSpec("p", world.summary["tokens"], 0, {"web": "all"}),
+        {"web": world.shards},
+        tmp_path / "p",
+    )
+    training = training_rows(world, "web")
+    expected = counts_per_language(world, training, "documents_planned", "tokens_planned")
+    assert phase["languages"] == phase["sources"][0]["languages"] == expected
