@@ -11,6 +11,7 @@ include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/posttrain.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/release.smk"
+include: "workflow/rules/report.smk"
 
 
 check_stage_contract()

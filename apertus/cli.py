@@ -8,6 +8,9 @@
     apertus audit RUN_DIR --rerun STEP [--scratch DIR]   re-run one step, compare its outputs
     apertus explain [-c FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME] [-- ARGS]
                                                  which jobs a config change re-runs, and why
+    apertus status [-c FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME] [--json]
+                                  each stage of a run: done, running, stale or missing
+    apertus rulegraph [--check]   regenerate the DAG diagram in README.md
 
 Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
 """
@@ -24,10 +27,12 @@ import yaml
 from apertus.audit.checksums import audit_path, render_report
 from apertus.audit.explain import explain_changes, render_plan, render_sbatch
 from apertus.audit.rerun import render_rerun, rerun_step
+from apertus.audit.status import render_status, run_status
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.config import load_config, render_reference
 from apertus.core.files import atomic_write_text
 from apertus.core.manifest import code_version, package_versions
+from apertus.report.rulegraph import update_readme
 
 CONFIG_REFERENCE = REPO_ROOT / "config" / "README.md"
 
@@ -96,6 +101,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dry-run under profiles/slurm and print the sbatch options of every job",
     )
+
+    status = commands.add_parser(
+        "status",
+        help="where a run stands: each stage done, running, interrupted, stale or missing, "
+        "running steps' progress, training's last step, loss and ETA",
+        description="The run is the one `snakemake` would make with the same config sources.",
+    )
+    _add_config_sources(status)
+    status.add_argument("--results-dir", help="results_dir of the run")
+    status.add_argument("--run", help="name of the run")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+
+    rulegraph = commands.add_parser(
+        "rulegraph", help="write the DAG of rules as a Mermaid diagram into README.md"
+    )
+    rulegraph.add_argument(
+        "--check", action="store_true", help="only report whether README.md's diagram is current"
+    )
     return parser
 
 
@@ -152,6 +175,12 @@ def run(argv: list[str] | None = None) -> int:
         return _audit(args)
     if args.command == "explain":
         return _explain(args, extra)
+    if args.command == "status":
+        status = run_status(args.configfile, args.overrides, args.results_dir, args.run)
+        print(json.dumps(status.to_json(), indent=2) if args.json else render_status(status))
+        return 0
+    if args.command == "rulegraph":
+        return update_readme(check=args.check)
     if args.command == "version":
         print(json.dumps({"code": code_version(), "packages": package_versions()}, indent=2))
         return 0

@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,17 @@ def default_run(request, tmp_path_factory):
     }
     (results / SLURM_JOBS).write_text(json.dumps(jobs, indent=1))
     return results / "e2e"
+
+
+def copy_upstream(default_run: Path, run_dir: Path, pretrain: tuple[str, ...] = ()) -> None:
+    """The default run's data and tokenization stages, and the `pretrain` stages with their
+    manifests, copied into `run_dir`: a test then runs only what follows them."""
+    for stage in ("data", "tokenize"):
+        shutil.copytree(default_run / stage, run_dir / stage, symlinks=True)
+    for name in pretrain:
+        shutil.copytree(default_run / "pretrain" / name, run_dir / "pretrain" / name)
+        manifest = f"{name}.manifest.json"
+        shutil.copy2(default_run / "pretrain" / manifest, run_dir / "pretrain" / manifest)
 
 
 def planned_jobs(run_dir, tmp_path, override_yaml: str) -> dict[str, int]:

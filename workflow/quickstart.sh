@@ -42,6 +42,16 @@ if [ "$what" = test ] && [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null
     echo "warning: slurm-wlm and munge could not be installed; the SLURM tests will skip" >&2
 fi
 
+# The report tests open the HTML report in headless Chromium (tests/report/browser.py); as root,
+# install Debian's chromium when it is missing (else those tests are skipped).
+if [ "$what" = test ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null; then
+  install=(apt-get install -y -q --no-install-recommends chromium)
+  # A fresh machine may have no package lists yet: update once and retry.
+  { DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null; }; } ||
+    echo "warning: chromium could not be installed; the browser tests will skip" >&2
+fi
+
 export PATH="$(cd "$venv" && pwd)/bin:$PATH"
 case "$what" in
   run) exec snakemake "$@" ;;

@@ -81,6 +81,7 @@ class PlannedJob:
     reasons: list[str]
     changes: list[ConfigChange] = field(default_factory=list)
     threads: int = 1
+    log: list[str] = field(default_factory=list)
     resources: dict[str, Any] = field(default_factory=dict)
     """What the job asks its executor for, as Snakemake printed it (sizes it prints twice,
     e.g. `mem` next to `mem_mb`, and `tmpdir` left out)."""
@@ -161,6 +162,7 @@ def parse_dry_run(text: str) -> list[PlannedJob]:
                     output=[o for o in current["output"].split(", ") if o],
                     reasons=split_reasons(current.get("reason", "")),
                     threads=int(current.get("threads", 1)),
+                    log=[p for p in current.get("log", "").split(", ") if p],
                     resources=_resources(current.get("resources", "")),
                 )
             )
@@ -281,6 +283,7 @@ def attribute_changes(job: PlannedJob, config: dict[str, Any]) -> list[ConfigCha
 
 
 def _snakemake_command(
+    mode: Sequence[str],
     configfiles: Sequence[str | os.PathLike],
     override_file: Path,
     results_dir: str | None,
@@ -288,7 +291,7 @@ def _snakemake_command(
     extra: Sequence[str],
     sbatch: bool = False,
 ) -> list[str]:
-    command = [sys.executable, "-m", "snakemake", "-n"]
+    command = [sys.executable, "-m", "snakemake", *mode]
     # Under profiles/slurm each job's threads are its own (--cores caps them, so the workflow
     # profile's `cores: all` is left out); locally one core is enough for a dry run.
     command += SLURM_PROFILE if sbatch else ["--cores", "1"]
@@ -297,6 +300,40 @@ def _snakemake_command(
     if settings:
         command += ["--config", *settings]
     return command + list(extra)
+
+
+def run_snakemake(
+    mode: Sequence[str],
+    configfiles: Sequence[str | os.PathLike] = (),
+    overrides: Sequence[str] = (),
+    results_dir: str | None = None,
+    run: str | None = None,
+    extra: Sequence[str] = (),
+    cwd: Path = REPO_ROOT,
+    sbatch: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """Snakemake with `mode` (``-n``, ``--summary``...) on these config sources, as `apertus
+    config check` would resolve them: (the resolved config, stdout + stderr). Fails with the
+    tail of Snakemake's output when it does."""
+    extra_settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
+    # Validates every source first: a bad key is named here, not deep in Snakemake's output.
+    config = load_config(configfiles, [*overrides, *extra_settings])
+    override: dict[str, Any] = {}
+    for item in overrides:
+        deep_merge(override, parse_override(item))
+    with tempfile.TemporaryDirectory(prefix="apertus-explain-") as tmp:
+        # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
+        override_file = Path(tmp) / "overrides.yaml"
+        override_file.write_text(yaml.safe_dump(override), encoding="utf-8")
+        command = _snakemake_command(
+            mode, configfiles, override_file, results_dir, run, extra, sbatch
+        )
+        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        what = " ".join(mode)
+        raise ApertusError(f"snakemake {what} failed (exit {proc.returncode}):\n{tail}")
+    return config, proc.stdout + "\n" + proc.stderr
 
 
 def explain_changes(
@@ -310,22 +347,10 @@ def explain_changes(
 ) -> Plan:
     """Dry-run the workflow with these config sources and explain each job it would run; with
     `sbatch`, under profiles/slurm, with the sbatch options each job would be submitted with."""
-    extra_settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
-    # Validates every source first: a bad key is named here, not deep in Snakemake's output.
-    config = load_config(configfiles, [*overrides, *extra_settings])
-    override: dict[str, Any] = {}
-    for item in overrides:
-        deep_merge(override, parse_override(item))
-    with tempfile.TemporaryDirectory(prefix="apertus-explain-") as tmp:
-        # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
-        override_file = Path(tmp) / "overrides.yaml"
-        override_file.write_text(yaml.safe_dump(override), encoding="utf-8")
-        command = _snakemake_command(configfiles, override_file, results_dir, run, extra, sbatch)
-        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise ApertusError(f"snakemake dry run failed (exit {proc.returncode}):\n{tail}")
-    jobs = parse_dry_run(proc.stdout + "\n" + proc.stderr)
+    config, output = run_snakemake(
+        ["-n"], configfiles, overrides, results_dir, run, extra, cwd, sbatch
+    )
+    jobs = parse_dry_run(output)
     for job in jobs:
         job.changes = attribute_changes(job, config)
         if sbatch:

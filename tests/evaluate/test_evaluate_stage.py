@@ -144,6 +144,7 @@ def test_changing_the_suite_reruns_only_evaluation(default_run, tmp_path):
         "evaluate_checkpoint": 5,
         "evaluate_table": 1,
         "release": 1,
+        "report_summary": 1,
     }
 
 
@@ -160,4 +161,6 @@ def test_changing_the_export_dtype_reruns_exports_and_their_evaluations(default_
         "posttrain_qrpo": 1,
         "posttrain_report": 1,
         "release": 1,
+        "report_training": 1,  # QRPO's curves
+        "report_summary": 1,
     }

@@ -113,11 +113,12 @@ def test_the_pipeline_uploads_to_a_hub_stand_in_and_writes_the_token_nowhere(def
         f"results_dir={default_run.parent}",
         f"run={default_run.name}",
     ]
-    # The upload changes no stage's config: only the release (which records the whole config)
-    # and the upload run.
+    # The upload changes no stage's config: only the release (which records the whole config),
+    # the upload and the report's summary (which lists the release's manifest) run.
     assert planned_jobs(default_run, tmp_path, override.read_text()) == {
         "release": 1,
         "release_upload": 1,
+        "report_summary": 1,
     }
     try:
         with HubStandIn() as hub:

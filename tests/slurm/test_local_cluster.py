@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 
 from apertus.train.config_registry import checkpoint_steps
 from apertus.train.torchtitan_spec import read_metrics
-from tests.conftest import BIN, REPO, SLURM_JOBS, default_run_executor
+from tests.conftest import BIN, REPO, SLURM_JOBS, copy_upstream, default_run_executor
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -35,19 +34,6 @@ def test_every_step_of_the_default_run_ran_as_a_slurm_job(default_run, slurm_clu
     log = (default_run / "logs" / "pretrain" / "phase1.log").read_text()
     assert re.search(r"srun --overlap --jobid=\d+ --nodes=1 --ntasks=1", log)
     assert "--rdzv-backend c10d" in log
-
-
-def _copy_upstream(default_run: Path, run_dir: Path) -> None:
-    """The data, tokenization and both phases of the default run, so that only the
-    long-context stage (20 steps) runs."""
-    for stage in ("data", "tokenize"):
-        shutil.copytree(default_run / stage, run_dir / stage, symlinks=True)
-    for name in ("phase1", "phase2"):
-        shutil.copytree(default_run / "pretrain" / name, run_dir / "pretrain" / name)
-        shutil.copy2(
-            default_run / "pretrain" / f"{name}.manifest.json",
-            run_dir / "pretrain" / f"{name}.manifest.json",
-        )
 
 
 def _long_context(run_dir: Path, tmp_path: Path, *where: str) -> subprocess.Popen:
@@ -94,8 +80,9 @@ def test_requeued_two_process_training_resumes_to_the_uninterrupted_weights(
 ):
     reference_dir = tmp_path / "reference" / "e2e"
     requeued_dir = tmp_path / "requeued" / "e2e"
-    _copy_upstream(default_run, reference_dir)
-    _copy_upstream(default_run, requeued_dir)
+    # Only the long-context stage (20 steps) runs.
+    copy_upstream(default_run, reference_dir, pretrain=("phase1", "phase2"))
+    copy_upstream(default_run, requeued_dir, pretrain=("phase1", "phase2"))
 
     # The uninterrupted run (local executor) runs while the SLURM one is requeued.
     reference = _long_context(reference_dir, tmp_path, "--cores", "2")

@@ -4,7 +4,6 @@ below the unigram entropy of the training data, and re-runs stop at the right st
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -13,7 +12,7 @@ import pytest
 
 from apertus.train.config_registry import checkpoint_steps
 from apertus.train.torchtitan_spec import read_metrics
-from tests.conftest import BIN, REPO, planned_jobs, run_tool
+from tests.conftest import BIN, REPO, copy_upstream, planned_jobs, run_tool
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +65,8 @@ def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
         "evaluate_memorization": 3,
         "evaluate_table": 1,
         "release": 1,
+        "report_training": 3,  # the curves of ctx256, SFT and QRPO
+        "report_summary": 1,
         **POSTTRAIN_JOBS,
     }
 
@@ -79,6 +80,8 @@ def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_pa
         "evaluate_memorization": 5,
         "evaluate_table": 1,
         "release": 1,
+        "report_training": 5,
+        "report_summary": 1,
         **POSTTRAIN_JOBS,
     }
 
@@ -89,8 +92,7 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     (CPU training is deterministic). The data and tokenization outputs are copied from the
     default run so that only pretraining runs."""
     run_dir = tmp_path / "results" / "e2e"
-    for stage in ("data", "tokenize"):
-        shutil.copytree(default_run / stage, run_dir / stage, symlinks=True)
+    copy_upstream(default_run, run_dir)
     target = run_dir / "pretrain" / "phase1.manifest.json"
     command = [
         str(BIN / "snakemake"),
@@ -113,8 +115,23 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
         assert proc.poll() is None, "snakemake ended before the second checkpoint"
         assert time.monotonic() < deadline, "no checkpoint at step 50 within 10 minutes"
         time.sleep(0.5)
+    # `apertus status` on the half-finished run, while phase 1 trains.
+    where = ["--results-dir", str(run_dir.parent), "--run", "e2e"]
+    running = _status(*where)
+    assert running["stages"]["data"]["state"] == "done"
+    assert running["stages"]["pretrain"]["state"] == "running"
+    assert running["stages"]["posttrain"]["state"] == "missing"
+    (phase1,) = [t for t in running["training"] if t["stage"] == "phase1"]
+    assert 50 <= phase1["step"] < phase1["steps"] == record(default_run, "phase1")["final_step"]
+    assert phase1["loss"] > 0 and phase1["eta_s"] > 0
+    (step,) = [s for s in running["steps"] if s["state"] == "running"]
+    assert step["rule"] == "pretrain_stage" and step["log"].endswith("phase1.log")
+    assert step["progress"]["what"] == "training phase1"  # the log's last progress line
+    assert step["progress"]["total"] == phase1["steps"]
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
     assert proc.wait(timeout=120) != 0
+    stopped = _status(*where)
+    assert stopped["stages"]["pretrain"]["running"] == 0
     assert not target.exists()  # the interrupted job left no manifest
     (work,) = run_dir.glob("pretrain/_work/phase1-*")
     assert 50 in checkpoint_steps(work / "ckpt")
@@ -125,3 +142,12 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     resumed = record(run_dir, "phase1")
     assert resumed["final_step"] == record(default_run, "phase1")["final_step"]
     assert resumed["final_loss"] == record(default_run, "phase1")["final_loss"]
+    # A config change makes the finished phase 1 stale, and leaves the data stage done.
+    stale = _status(*where, "pretrain.lr.peak=0.002")
+    assert stale["stages"]["data"]["state"] == "done"
+    assert stale["stages"]["pretrain"]["stale"] >= 1
+
+
+def _status(*args: str) -> dict:
+    proc = run_tool("apertus", "status", "--json", *args, check=True, timeout=300)
+    return json.loads(proc.stdout)

@@ -75,6 +75,14 @@ def benchmark_path(stage, step):
     return str(RUN_DIR / "benchmarks" / stage / f"{step}.tsv")
 
 
+def report_file(path, caption, category, **labels):
+    """An output shown by `snakemake --report` under `category`, captioned by
+    workflow/report/<caption>.rst, with `labels` (the same keys across a category)."""
+    return report(
+        path, caption=f"../report/{caption}.rst", category=category, labels=labels
+    )
+
+
 def stage_config(stage, *keys):
     """A rule's `params`: exactly the config subtree its step depends on, as canonical JSON.
 

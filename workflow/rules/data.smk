@@ -219,7 +219,8 @@ rule data_funnel:
         plot=report(
             stage_path("data", "funnel.png"),
             caption="../report/data_funnel.rst",
-            category="Data",
+            category="1. Data",
+            labels={"what": "filter funnel"},
         ),
         manifest=stage_path("data", "funnel.manifest.json"),
     log:
