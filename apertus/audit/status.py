@@ -130,10 +130,10 @@ def _resolve(path: str, workdir: Path) -> str:
 
 
 def _stage_of(output: str, rule: str, run_dir: Path) -> str:
-    """The stage a step belongs to: the first directory of its output under the run dir
-    (results/<run>/<stage>/...), else its rule's prefix (release.manifest.json)."""
+    """The stage a step belongs to: the first directory of its (absolute) output under the run
+    dir (results/<run>/<stage>/...), else its rule's prefix (release.manifest.json)."""
     try:
-        parts = Path(output).resolve().relative_to(run_dir.resolve()).parts
+        parts = Path(output).relative_to(run_dir).parts
     except ValueError:
         parts = ()
     return parts[0] if len(parts) > 1 else rule.split("_")[0]
@@ -180,11 +180,12 @@ def step_status(
     locked: set[str],
     workdir: Path,
 ) -> StepStatus:
-    outputs = [r[0] for r in rows]
+    # Snakemake prints paths relative to its working directory, which need not be ours.
+    outputs = [_resolve(r[0], workdir) for r in rows]
     rule = rows[0][1]
     logs = [r[2] for r in rows if r[2] != "-"]
-    log = logs[0].split(",")[0] if logs else None
-    resolved = {_resolve(o, workdir) for o in outputs}
+    log = _resolve(logs[0].split(",")[0], workdir) if logs else None
+    resolved = set(outputs)
     statuses = {r[3] for r in rows}
     why = ""
     if resolved & marked:
@@ -298,11 +299,11 @@ def run_status(
             for out in job.output
         }
         for step in running:
-            found = [logs[o] for o in (_resolve(p, cwd) for p in step.outputs) if o in logs]
-            step.log = step.log or (found[0] if found else None)
+            found = [logs[o] for o in step.outputs if o in logs]
+            step.log = step.log or (_resolve(found[0], cwd) if found else None)
     for step in running:
         if step.log:
-            step.progress = last_progress(cwd / step.log)
+            step.progress = last_progress(step.log)
     return RunStatus(str(run_dir), steps, _training(run_dir))
 
 

@@ -53,7 +53,7 @@ def test_states_from_the_summary_and_snakemakes_markers(tmp_path):
         ("release", "missing", ""),
     ]
     running = st.step_status(rows[3], run_dir, {phase1}, {phase1}, tmp_path)
-    assert running.state == "running" and running.log.endswith("phase1.log")
+    assert running.state == "running" and running.log == str(run_dir / "logs/pretrain/phase1.log")
     # Marked incomplete but held by no Snakemake: a killed run.
     assert st.step_status(rows[3], run_dir, {phase1}, set(), tmp_path).state == "interrupted"
     counts = st.RunStatus(str(run_dir), states).stages()
@@ -63,6 +63,16 @@ def test_states_from_the_summary_and_snakemakes_markers(tmp_path):
         "release": "missing",
     }
     assert st.stage_state({**dict.fromkeys(st.STATES, 0), "done": 2, "missing": 1}) == "partial"
+
+
+def test_relative_paths_are_read_from_snakemakes_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir("/")  # not where Snakemake ran
+    (rows,) = st.group_steps(st.parse_summary("\n".join(SUMMARY.splitlines()[:4])))
+    step = st.step_status(rows, tmp_path / "R", set(), set(), tmp_path)
+    assert step.stage == "data" and step.outputs[-1] == str(
+        tmp_path / "R/data/sample/manifest.json"
+    )
+    assert step.log == str(tmp_path / "R/logs/data/sample.log")
 
 
 def test_markers_are_read_from_snakemakes_directories(tmp_path):
