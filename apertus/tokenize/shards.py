@@ -275,7 +275,8 @@ def languages_path(ds: Path) -> Path:
     return ds.with_name(ds.name + LANGUAGES_SUFFIX)
 
 
-def _write_document_languages(ds: Path, languages: Sequence[str]) -> None:
+def write_document_languages(ds: Path, languages: Sequence[str]) -> None:
+    """Write the sidecar of token file `ds`: the language of each of its documents, in order."""
     codes = sorted(set(languages))
     position = {code: i for i, code in enumerate(codes)}
     sidecar = {"codes": codes, "documents": [position[language] for language in languages]}
@@ -424,7 +425,7 @@ class PlainTextDocumentTokenizer(DocumentTokenizer):
                     f"which tokenized {len(shuffled)}; their languages cannot be aligned"
                 )
             if count:  # an empty trailing part is removed by _remove_empty_shards
-                _write_document_languages(ds, shuffled[start : start + count])
+                write_document_languages(ds, shuffled[start : start + count])
             start, part = start + count, part + 1
         if start != len(shuffled):
             raise ApertusError(

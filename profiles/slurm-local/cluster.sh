@@ -106,14 +106,23 @@ cmd_start() {
         runuser -u munge -- /usr/sbin/munged --force ||
             die "munged did not start (see /var/log/munge/munged.log)"
     fi
-    slurmctld -f "$CONF" || die "slurmctld did not start; see $STATE/slurmctld.log"
+    # -c: a clean start. A test cluster keeps nothing from its last run, in particular not a
+    # node state such as "drain: SlurmdSpoolDir is full", which would outlive the full disk.
+    slurmctld -c -f "$CONF" || die "slurmctld did not start; see $STATE/slurmctld.log"
     slurmd -f "$CONF" || die "slurmd did not start; see $STATE/slurmd.log"
-    # Ready when the node takes jobs.
+    # Ready when the node takes jobs; one that registers drained is resumed (this script
+    # owns the cluster, and a drain reason of a past run is no reason now).
     for _ in $(seq 60); do
-        if sinfo -h -N -o %t 2>/dev/null | grep -qE "^(idle|mix|alloc)"; then
-            echo "cluster.sh: up: node $NODE, partition local ($STATE)"
-            return
-        fi
+        state=$(sinfo -h -N -o %t 2>/dev/null | head -1)
+        case "$state" in
+            idle | mix | alloc)
+                echo "cluster.sh: up: node $NODE, partition local ($STATE)"
+                return
+                ;;
+            drain* | drng | down*)
+                scontrol update NodeName="$NODE" State=RESUME 2>/dev/null || true
+                ;;
+        esac
         sleep 1
     done
     die "the node did not become idle in 60 s; see $STATE/slurmctld.log and $STATE/slurmd.log"

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from apertus.core import ApertusError
 from apertus.model.config_registry import flavor
 from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
+from apertus.tokenize.shards import write_document_languages
 from apertus.train.ademamix import AdEMAMix, param_groups
 from apertus.train.config_registry import (
     STOP_AT_ENV,
@@ -90,8 +91,12 @@ def write_source(directory: Path, n_docs: int, seed: int, *, max_token: int = 67
     ends = np.cumsum([len(d) for d in docs]).astype("<u8")
     (directory / "00000_shard.ds").write_bytes(tokens.tobytes())
     (directory / "00000_shard.ds.index").write_bytes(ends.tobytes())
+    # The language of each document, as the tokenization stage records it (two here).
+    write_document_languages(
+        directory / "00000_shard.ds", ["de", "en"] * (n_docs // 2) + ["de"] * (n_docs % 2)
+    )
     listed = {}
-    for name in ("00000_shard.ds", "00000_shard.ds.index"):
+    for name in ("00000_shard.ds", "00000_shard.ds.index", "00000_shard.ds.languages.json"):
         data = (directory / name).read_bytes()
         listed[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
     checksums = {
