@@ -286,8 +286,7 @@ def _snakemake_command(
     mode: Sequence[str],
     configfiles: Sequence[str | os.PathLike],
     override_file: Path,
-    results_dir: str | None,
-    run: str | None,
+    settings: Sequence[str],
     extra: Sequence[str],
     sbatch: bool = False,
 ) -> list[str]:
@@ -296,7 +295,6 @@ def _snakemake_command(
     # profile's `cores: all` is left out); locally one core is enough for a dry run.
     command += SLURM_PROFILE if sbatch else ["--cores", "1"]
     command += ["--configfile", *map(str, configfiles), str(override_file)]
-    settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     if settings:
         command += ["--config", *settings]
     return command + list(extra)
@@ -315,9 +313,9 @@ def run_snakemake(
     """Snakemake with `mode` (``-n``, ``--summary``...) on these config sources, as `apertus
     config check` would resolve them: (the resolved config, stdout + stderr). Fails with the
     tail of Snakemake's output when it does."""
-    extra_settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
+    settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     # Validates every source first: a bad key is named here, not deep in Snakemake's output.
-    config = load_config(configfiles, [*overrides, *extra_settings])
+    config = load_config(configfiles, [*overrides, *settings])
     override: dict[str, Any] = {}
     for item in overrides:
         deep_merge(override, parse_override(item))
@@ -325,9 +323,7 @@ def run_snakemake(
         # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
         override_file = Path(tmp) / "overrides.yaml"
         override_file.write_text(yaml.safe_dump(override), encoding="utf-8")
-        command = _snakemake_command(
-            mode, configfiles, override_file, results_dir, run, extra, sbatch
-        )
+        command = _snakemake_command(mode, configfiles, override_file, settings, extra, sbatch)
         proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
