@@ -146,13 +146,13 @@ class AdEMAMix(torch.optim.Optimizer):
             state = self.state[p]
             s = _StepScalars(group, int(state["step"].item()))
             g, m1, m2, v = p.grad, state["m1"], state["m2"], state["v"]
+            p.mul_(s.decay)
             m1.lerp_(g, 1.0 - s.beta1)
             m2.lerp_(g, 1.0 - s.beta3_t)
             v.mul_(s.beta2).addcmul_(g, g, value=1.0 - s.beta2)
-            denom = v.sqrt().div_(s.sqrt_bias_correction2).add_(s.eps)
-            update = m1.div(s.bias_correction1).add_(m2, alpha=s.alpha_t).div_(denom)
-            update.add_(p, alpha=s.weight_decay)
-            p.add_(update, alpha=-s.lr)
+            denom = v.sqrt().add_(s.eps_scaled)
+            p.addcdiv_(m1, denom, value=s.step_size)
+            p.addcdiv_(m2, denom, value=s.step_size * s.m2_weight)
 
     def _step_foreach(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
         # The foreach kernels need one device and dtype per list, and the step scalars differ
@@ -168,33 +168,42 @@ class AdEMAMix(torch.optim.Optimizer):
             m1s = [st["m1"] for st in states]
             m2s = [st["m2"] for st in states]
             vs = [st["v"] for st in states]
+            torch._foreach_mul_(ps, s.decay)
             torch._foreach_lerp_(m1s, grads, 1.0 - s.beta1)
             torch._foreach_lerp_(m2s, grads, 1.0 - s.beta3_t)
             torch._foreach_mul_(vs, s.beta2)
             torch._foreach_addcmul_(vs, grads, grads, value=1.0 - s.beta2)
             denoms = torch._foreach_sqrt(vs)
-            torch._foreach_div_(denoms, s.sqrt_bias_correction2)
-            torch._foreach_add_(denoms, s.eps)
-            updates = torch._foreach_div(m1s, s.bias_correction1)
-            torch._foreach_add_(updates, m2s, alpha=s.alpha_t)
-            torch._foreach_div_(updates, denoms)
-            del denoms
-            torch._foreach_add_(updates, ps, alpha=s.weight_decay)
-            torch._foreach_add_(ps, updates, alpha=-s.lr)
+            torch._foreach_add_(denoms, s.eps_scaled)
+            torch._foreach_addcdiv_(ps, m1s, denoms, value=s.step_size)
+            torch._foreach_addcdiv_(ps, m2s, denoms, value=s.step_size * s.m2_weight)
 
 
 class _StepScalars:
-    """The per-step Python scalars of the update, computed once per (group, step) in float64."""
+    """The per-step Python scalars of the update, computed once per (group, step) in float64.
+
+    The update is rearranged so that it takes few passes over parameter-sized tensors and
+    allocates only one (the step is memory-bound; on CPU a fresh allocation costs page faults
+    that dwarf an in-place pass):
+    ``p*(1 - lr*wd) - lr * (m1/bc1 + alpha*m2) / (sqrt(v)/sqrt(bc2) + eps)``
+    ``= p*decay + step_size * m1/denom + step_size*m2_weight * m2/denom``
+    with ``denom = sqrt(v) + eps*sqrt(bc2)``, ``decay = 1 - lr*wd``, ``m2_weight = alpha*bc1``,
+    ``step_size = -lr*sqrt(bc2)/bc1``: the same formula (RECIPE.md §3), in 9 passes and one
+    allocation (the literal order takes 12 passes and three allocations). It is AdamW's own
+    arrangement plus the slow EMA's lerp and one more addcdiv.
+    """
 
     def __init__(self, group: dict[str, Any], t: int) -> None:
         self.beta1, self.beta2, beta3 = group["betas"]
-        self.lr = group["lr"]
-        self.eps = group["eps"]
-        self.weight_decay = group["weight_decay"]
+        lr = group["lr"]
         self.alpha_t = ademamix_alpha(t, group["alpha"], group["t_alpha"])
         self.beta3_t = ademamix_beta3(t, self.beta1, beta3, group["t_beta3"])
-        self.bias_correction1 = 1.0 - self.beta1**t
-        self.sqrt_bias_correction2 = math.sqrt(1.0 - self.beta2**t)
+        bias_correction1 = 1.0 - self.beta1**t
+        sqrt_bias_correction2 = math.sqrt(1.0 - self.beta2**t)
+        self.decay = 1.0 - lr * group["weight_decay"]
+        self.m2_weight = self.alpha_t * bias_correction1
+        self.eps_scaled = group["eps"] * sqrt_bias_correction2
+        self.step_size = -lr * sqrt_bias_correction2 / bias_correction1
 
 
 def _check_options(group: dict[str, Any]) -> None:
