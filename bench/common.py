@@ -139,8 +139,7 @@ def main(
 ) -> None:
     """Parse the module's options plus the common ones, measure, print the table, write JSON."""
     parser = argparse.ArgumentParser(
-        description=(doc or "").strip().splitlines()[0] if doc else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(doc or "").strip(), formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--quick", action="store_true", help="small sizes and few repeats (a smoke run)"

@@ -1,7 +1,7 @@
 """Data stage throughput: documents/s per core of the full per-document filter chain, next to
 datatrove's own JSONL reader -> writer on the same input, measured in one run.
 
-    python bench/data_filter.py [--seed N] [--target-bytes N] [--repeat N]
+    python -m bench.data_filter [--seed N] [--target-bytes N] [--repeat N] [--quick]
 
 Both run in one process (one core) on the sample corpus's web source. The filter chain is what
 `data_filter` runs: robust reader, language ID, robots.txt, language score, the four heuristic
@@ -28,6 +28,7 @@ from apertus.data.pipeline import filter_steps, resolve_source, run_pipeline
 from apertus.data.robots import snapshot_from_directory, url_host, write_snapshot
 from apertus.data.sample_corpus import make_sample_corpus
 from apertus.data.train_classifiers import read_labels
+from bench.common import Ratio, main
 
 
 def timed(steps, logs: Path) -> float:
@@ -36,12 +37,15 @@ def timed(steps, logs: Path) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=20250902)
     parser.add_argument("--target-bytes", type=int, default=2_400_000)
     parser.add_argument("--repeat", type=int, default=2, help="best of N runs each")
-    args = parser.parse_args()
+
+
+def measure(args: argparse.Namespace) -> list[Ratio]:
+    if args.quick:
+        args.target_bytes, args.repeat = 300_000, 1
 
     cfg = DataConfig.from_dict(load_config()["data"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,19 +90,21 @@ def main() -> None:
                     tmp / f"logs-ours{i}",
                 )
             )
-    b, o = min(baseline), min(ours)
-    rows = [
-        ("datatrove JsonlReader -> JsonlWriter", b, docs / b),
-        ("apertus filter chain (data_filter)", o, docs / o),
+    return [
+        Ratio(
+            "filter chain / datatrove reader->writer",
+            docs / min(ours),
+            docs / min(baseline),
+            "docs/s/core",
+            "JsonlReader -> JsonlWriter",
+            lower_is_better=False,
+            note=(
+                f"{docs} documents (sample corpus, web source), 1 process, best of {args.repeat};"
+                " the chain runs language ID, robots.txt, heuristics, quality and toxicity models"
+            ),
+        )
     ]
-    print(
-        f"\ninput: {docs} documents (sample corpus, web source), 1 process, best of {args.repeat}"
-    )
-    print(f"{'pipeline':<42} {'seconds':>8} {'docs/s/core':>12}")
-    for name, seconds, rate in rows:
-        print(f"{name:<42} {seconds:>8.2f} {rate:>12.0f}")
-    print(f"{'ratio (filter chain / reader-writer)':<42} {'':>8} {b / o:>12.3f}")
 
 
 if __name__ == "__main__":
-    main()
+    main(add_arguments, measure, __doc__)

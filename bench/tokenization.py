@@ -2,7 +2,7 @@
 DocumentTokenizer with our checks, checksums and shuffling) next to raw `tokenizers`
 `encode_batch` on the same texts, measured in one run (goal: ratio >= 0.8).
 
-    python bench/tokenization.py [--seed N] [--target-bytes N] [--repeat N]
+    python -m bench.tokenization [--seed N] [--target-bytes N] [--repeat N] [--quick]
 
 Both on one core (RAYON_NUM_THREADS=1), on the sample corpus's web and edu text, with a
 tokenizer of 8192 tokens trained first (not timed).
@@ -26,15 +26,18 @@ from tokenizers import Tokenizer
 from apertus.data.sample_corpus import make_sample_corpus
 from apertus.tokenize.shards import write_token_shards
 from apertus.tokenize.tokenizer import train_tokenizer
+from bench.common import Ratio, main
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=20250902)
     parser.add_argument("--target-bytes", type=int, default=2_400_000)
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs each")
-    args = parser.parse_args()
 
+
+def measure(args: argparse.Namespace) -> list[Ratio]:
+    if args.quick:
+        args.target_bytes, args.repeat = 300_000, 1
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         make_sample_corpus(tmp / "sample", seed=args.seed, target_bytes=args.target_bytes)
@@ -71,15 +74,25 @@ def main() -> None:
                 logging_dir=tmp / f"logs{i}",
             )
             ours.append(time.perf_counter() - start)
-        assert summary["tokens"] == tokens, (summary["tokens"], tokens)
+        if summary["tokens"] != tokens:
+            raise SystemExit(
+                f"the shards hold {summary['tokens']} tokens, encode_batch made {tokens}:"
+                " the two did not tokenize the same text"
+            )
 
-    b, o = min(baseline), min(ours)
-    print(f"\ninput: {len(texts)} documents, {tokens} tokens, 1 core, best of {args.repeat}")
-    print(f"{'pipeline':<44} {'seconds':>8} {'tokens/s/core':>14}")
-    print(f"{'tokenizers encode_batch (raw)':<44} {b:>8.2f} {tokens / b:>14.0f}")
-    print(f"{'tokenization stage (write_token_shards)':<44} {o:>8.2f} {tokens / o:>14.0f}")
-    print(f"{'ratio (stage / raw encode_batch)':<44} {'':>8} {b / o:>14.3f}")
+    return [
+        Ratio(
+            "tokenization stage / raw encode_batch",
+            tokens / min(ours),
+            tokens / min(baseline),
+            "tokens/s/core",
+            "tokenizers encode_batch",
+            lower_is_better=False,
+            goal=0.8,
+            note=f"{len(texts)} documents, {tokens} tokens, 1 core, best of {args.repeat}",
+        )
+    ]
 
 
 if __name__ == "__main__":
-    main()
+    main(add_arguments, measure, __doc__)
