@@ -90,7 +90,7 @@ def format_table(rows: Sequence[Ratio]) -> str:
                 _number(row.ours),
                 f"{_number(row.baseline)} ({row.baseline_name})",
                 row.unit,
-                f"{row.ratio:.3f}",
+                f"{row.ratio:.3f}" if row.ratio >= 0.1 else f"{row.ratio:.3g}",
                 goal,
                 verdict,
             )
