@@ -20,6 +20,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.apertus import modeling_apertus as hf
 
 from apertus.core import ApertusError
+from apertus.model import model as model_module
 from apertus.model.config_registry import FLAVORS, flavor, num_params
 from apertus.model.model import (
     XIELU,
@@ -31,6 +32,7 @@ from apertus.model.model import (
     hf_key,
     rope_inverse_frequencies,
     xielu,
+    xielu_fused,
 )
 
 # A small shape that still exercises GQA (4 q / 2 kv heads), a head_dim unrelated to
@@ -176,6 +178,192 @@ def test_xielu_bf16_matches_transformers_bf16():
     y = ours(x)
     assert y.dtype == torch.bfloat16
     torch.testing.assert_close(y, ref(x), rtol=0, atol=0)
+
+
+# The fused xIELU (issue 11): the eager CPU form (0/1 masks) and the compiled/GPU form
+# (torch.where), each forced on through `_masked_form`.
+XIELU_FORMS = ("masked", "where")
+RAW_ALPHAS = [(0.3, -0.7), (-2.0, 1.5)]
+
+
+@pytest.fixture(params=XIELU_FORMS)
+def form(request, monkeypatch):
+    monkeypatch.setattr(model_module, "_masked_form", lambda x: request.param == "masked")
+    return request.param
+
+
+def special_inputs(dtype: torch.dtype) -> torch.Tensor:
+    """XIELU_INPUTS plus what could tell two formulas apart: signed zeros, eps exactly and its
+    neighbours, subnormals, the largest finite values, +-inf and NaN."""
+    info = torch.finfo(dtype)
+    eps = torch.tensor(-1e-6, dtype=dtype)
+    tiny, huge = [info.tiny, info.tiny / 4], [info.max, 1e30, math.inf]  # tiny / 4: subnormal
+    specials = torch.tensor([0.0, -0.0, *tiny, *huge, math.nan], dtype=dtype)
+    specials = torch.cat([specials, -specials[2:-1]])
+    near_eps = torch.stack([eps, torch.nextafter(eps, -eps), torch.nextafter(eps, 2 * eps)])
+    return torch.cat([XIELU_INPUTS.to(dtype), specials, near_eps])
+
+
+def assert_same_bits(got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal bit for bit, the sign of zero included; NaN matches NaN (payloads may differ)."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    nan = expected.isnan()
+    assert torch.equal(got.isnan(), nan)
+    as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[got.element_size()]
+    assert torch.equal(got[~nan].view(as_int), expected[~nan].view(as_int))
+
+
+def raw_alphas(raw: tuple[float, float], dtype: torch.dtype) -> list[torch.Tensor]:
+    return [torch.full((1,), value, dtype=dtype, requires_grad=True) for value in raw]
+
+
+@pytest.mark.parametrize("raw", RAW_ALPHAS)
+@pytest.mark.parametrize(
+    ("dtype", "param_dtype"),
+    [
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float64, torch.float64),
+        (torch.bfloat16, torch.float32),  # the (1,) alphas take part in type promotion
+    ],
+)
+def test_xielu_fused_forward_is_the_reference_bit_for_bit(form, dtype, param_dtype, raw):
+    x = special_inputs(dtype)
+    alpha_p, alpha_n = raw_alphas(raw, param_dtype)
+    beta, eps = torch.tensor(0.5, dtype=param_dtype), torch.tensor(-1e-6, dtype=param_dtype)
+    expected = xielu(x, alpha_p, alpha_n, beta, eps)
+    assert_same_bits(xielu_fused(x, alpha_p, alpha_n, beta, eps), expected)
+    # Python-float beta and eps are made tensors of x's dtype, as the reference does.
+    assert_same_bits(xielu_fused(x, alpha_p, alpha_n), xielu(x, alpha_p, alpha_n))
+
+
+def xielu_gradients(fn, x, raw, dtype, upstream):
+    x = x.detach().clone().requires_grad_(True)
+    alpha_p, alpha_n = raw_alphas(raw, dtype)
+    beta, eps = torch.tensor(0.5, dtype=dtype), torch.tensor(-1e-6, dtype=dtype)
+    out = fn(x, alpha_p, alpha_n, beta, eps)
+    return torch.autograd.grad(out, (x, alpha_p, alpha_n), upstream)
+
+
+@pytest.mark.parametrize("raw", RAW_ALPHAS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_xielu_fused_gradients_match_reference_autograd(form, dtype, raw):
+    # eps exactly (autograd's torch.minimum splits that tie), its neighbours, zeros and
+    # subnormals included; no huge values, whose squares would swamp the alphas' gradients
+    # (or overflow them), and no +-inf, where the reference's gradient is NaN (0 * inf in
+    # the branch not taken).
+    x = special_inputs(dtype)
+    x = x[x.abs() <= 100]
+    upstream = torch.linspace(-1, 1, len(x), dtype=dtype)
+    got = xielu_gradients(xielu_fused, x, raw, dtype, upstream)
+    expected = xielu_gradients(xielu, x, raw, dtype, upstream)
+    tight = {torch.float32: 1e-6, torch.float64: 1e-13}[dtype]
+    for name, g, e in zip(("x", "alpha_p", "alpha_n"), got, expected, strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape, name
+        # The alphas' gradients sum ~800 terms of up to 1e3: relative tolerance only.
+        atol = tight if name == "x" else 0.0
+        torch.testing.assert_close(g, e, rtol=10 * tight, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("raw", RAW_ALPHAS)
+def test_xielu_fused_bf16_gradients_are_as_accurate_as_the_reference(form, raw):
+    """bf16 rounds every intermediate, differently in each formula: both are held to the
+    float64 gradient of the same bf16 inputs, within a few bf16 roundings of the largest."""
+    x = XIELU_INPUTS.to(torch.bfloat16)
+    upstream = torch.linspace(-1, 1, len(x), dtype=torch.bfloat16)
+    raw = tuple(torch.tensor(v, dtype=torch.bfloat16).item() for v in raw)
+    truth = xielu_gradients(xielu, x.double(), raw, torch.float64, upstream.double())
+    for fn in (xielu_fused, xielu):
+        got = xielu_gradients(fn, x, raw, torch.bfloat16, upstream)
+        for name, g, t in zip(("x", "alpha_p", "alpha_n"), got, truth, strict=True):
+            assert g.dtype == torch.bfloat16, name
+            tolerance = 2**-8 * t.abs().max().item()
+            torch.testing.assert_close(g.double(), t, rtol=2**-6, atol=tolerance, msg=name)
+
+
+def test_xielu_fused_gradcheck_float64(form):
+    """Finite differences in float64, away from the kinks at 0 and eps (1e-6 apart)."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, generator=gen, dtype=torch.float64) * 3
+    x = x[(x.abs() > 1e-2)].requires_grad_(True)
+    alpha_p, alpha_n = raw_alphas((0.3, -0.7), torch.float64)
+    beta = torch.tensor(0.5, dtype=torch.float64)
+    eps = torch.tensor(-1e-6, dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda x, p, n: xielu_fused(x, p, n, beta, eps), (x, alpha_p, alpha_n)
+    )
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.25, -0.5])
+def test_xielu_fused_matches_reference_for_other_eps(form, eps):
+    """The recipe's eps is -1e-6; the formulas do not rely on its sign or size."""
+    x = XIELU_INPUTS[XIELU_INPUTS.abs() <= 100]
+    x = torch.cat([x, torch.tensor([eps, 0.1, 0.2, 0.3])])
+    upstream = torch.linspace(-1, 1, len(x))
+    alpha_p, alpha_n = raw_alphas((0.3, -0.7), torch.float32)
+    assert_same_bits(
+        xielu_fused(x, alpha_p, alpha_n, 0.5, eps), xielu(x, alpha_p, alpha_n, 0.5, eps)
+    )
+
+    def with_eps(fn):
+        return lambda x, p, n, beta, _: fn(x, p, n, beta, torch.tensor(eps))
+
+    got = xielu_gradients(with_eps(xielu_fused), x, (0.3, -0.7), torch.float32, upstream)
+    expected = xielu_gradients(with_eps(xielu), x, (0.3, -0.7), torch.float32, upstream)
+    for name, g, e in zip(("x", "alpha_p", "alpha_n"), got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6 if name == "x" else 0.0, msg=name)
+
+
+def test_xielu_fused_frozen_alphas_and_constant_beta():
+    x = XIELU_INPUTS.clone().requires_grad_(True)
+    alpha_p, alpha_n = torch.full((1,), 0.3), torch.full((1,), -0.7)  # no grad wanted
+    (grad,) = torch.autograd.grad(xielu_fused(x, alpha_p, alpha_n).sum(), x)
+    (expected,) = torch.autograd.grad(xielu(x, alpha_p, alpha_n).sum(), x)
+    torch.testing.assert_close(grad, expected, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ApertusError, match="beta requires grad"):
+        xielu_fused(x, alpha_p, alpha_n, beta=torch.tensor(0.5, requires_grad=True))
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the distinct storages autograd saves for the backward while fn runs."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+def test_xielu_fused_saves_only_its_input():
+    act = XIELU()
+    x = torch.randn(64, 96, requires_grad=True)
+    fused = saved_bytes(lambda: act(x))
+    reference = saved_bytes(lambda: xielu(x, act.alpha_p, act.alpha_n, act.beta, act.eps))
+    # x, and one-element scalars: the raw and effective alphas, beta, eps.
+    assert x.nbytes <= fused <= x.nbytes + 64
+    assert reference > 2 * x.nbytes  # the mask, alpha_p * x and the expm1 result besides x
+
+
+def test_xielu_compiled_matches_eager():
+    """torch.compile(fullgraph=True) traces the autograd.Function, backward included (the
+    where form); inductor's CPU expm1 is exp() - 1, hence a small absolute tolerance."""
+    torch._dynamo.reset()
+    act = XIELU()
+    with torch.no_grad():
+        act.alpha_p.fill_(0.3)
+        act.alpha_n.fill_(-0.7)
+    x = XIELU_INPUTS.clone().requires_grad_(True)
+    upstream = torch.linspace(-1, 1, len(x))
+    compiled = torch.compile(act, fullgraph=True)
+    grads = {}
+    for name, module in (("eager", act), ("compiled", compiled)):
+        out = module(x)
+        grads[name] = (out, *torch.autograd.grad(out, (x, act.alpha_p, act.alpha_n), upstream))
+    for name, c, e in zip(("out", "x", "alpha_p", "alpha_n"), *grads.values(), strict=True):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6 if name in ("out", "x") else 0)
 
 
 # --------------------------------------------------------------------------------------------
