@@ -28,7 +28,7 @@ from torch import nn
 
 from apertus.model.config_registry import flavor
 from apertus.model.model import XIELU, FeedForward, xielu, xielu_fused
-from bench.common import Ratio, best_time, main
+from bench.common import Ratio, interleaved_best, main
 
 
 class SwiGLU(nn.Module):
@@ -65,18 +65,6 @@ def fwd_bwd(fn: Callable, inputs: list[torch.Tensor], upstream: torch.Tensor, de
             torch.cuda.synchronize()
 
     return once
-
-
-def alternating_best(calls: dict[str, Callable[[], None]], repeat: int) -> dict[str, float]:
-    """The best time (ms) of each call, rounds alternating between them so that a slow phase
-    of a shared machine hits all alike; two untimed calls first (compilation, allocator)."""
-    for call in calls.values():
-        best_time(call, repeat=0, warmup=2)
-    best = dict.fromkeys(calls, float("inf"))
-    for _ in range(repeat):
-        for name, call in calls.items():
-            best[name] = min(best[name], best_time(call, repeat=1, warmup=0) * 1e3)
-    return best
 
 
 def saved_bytes(fn: Callable, inputs: list[torch.Tensor], exclude: list[torch.Tensor]) -> int:
@@ -167,8 +155,8 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
             calls[("MLP", name)] = fwd_bwd(
                 lambda x, *_, m=module: m(x), inputs, mlp_upstream, device
             )
-        for (part, name), ms in alternating_best(calls, args.repeat).items():
-            times[part, name, mode] = ms
+        for (part, name), seconds in interleaved_best(calls, args.repeat, warmup=2).items():
+            times[part, name, mode] = seconds * 1e3
     act_saved = {key: saved_bytes(fn, act_inputs, exclude=[]) for key, fn in act_fns.items()}
 
     mlp_saved = {

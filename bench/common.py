@@ -59,15 +59,21 @@ class Ratio:
         return cls(**data)
 
 
-def best_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
-    """The fastest of `repeat` timed calls of `fn` (seconds), after `warmup` untimed ones."""
+def interleaved_best(
+    calls: dict[str, Callable[[], object]], repeat: int, warmup: int = 1
+) -> dict[str, float]:
+    """The fastest of `repeat` timed calls of each function (seconds), after `warmup` untimed
+    rounds (compilation, allocator). The functions take turns call by call, so a load that comes
+    and goes on a shared machine hits all of them alike."""
     for _ in range(warmup):
-        fn()
-    best = math.inf
+        for fn in calls.values():
+            fn()
+    best = dict.fromkeys(calls, math.inf)
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 

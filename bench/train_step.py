@@ -46,8 +46,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import math
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
@@ -75,7 +73,7 @@ from apertus.train.ademamix import AdEMAMix, param_groups
 from apertus.train.config_registry import AdEMAMixSpec
 from apertus.train.dataloader import BOS_ID, EOD_ID
 from apertus.train.goldfish import GOLDFISH_H, GOLDFISH_K, apply_loss_masks
-from bench.common import Ratio, main
+from bench.common import Ratio, interleaved_best, main
 
 # Peak dense bf16 tensor-core FLOPs by device name (NVIDIA datasheets); the first match wins,
 # so the more specific names come first.
@@ -279,21 +277,6 @@ def make_step(
             torch.cuda.synchronize(device)
 
     return step
-
-
-def interleaved_best(fns: dict[str, Callable[[], object]], repeat: int, warmup: int) -> dict:
-    """The fastest of `repeat` timed calls of each function (seconds), the functions taking
-    turns call by call, so a load that comes and goes on a shared machine hits all of them."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    best = dict.fromkeys(fns, math.inf)
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
 
 
 # --------------------------------------------------------------------------------------------

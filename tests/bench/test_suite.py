@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import Ratio, format_table, read_json, write_json
+from bench.common import Ratio, format_table, interleaved_best, read_json, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +52,14 @@ def test_json_round_trip(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["quick"] is True and "CPU cores" in data["machine"]
     assert data["ratios"][0]["ratio"] == 0.5 and data["ratios"][0]["met"] is True
+
+
+def test_interleaved_best_takes_turns_after_the_warmup():
+    order: list[str] = []
+    calls = {name: (lambda name=name: order.append(name)) for name in ("ours", "baseline")}
+    best = interleaved_best(calls, repeat=2, warmup=1)
+    assert order == ["ours", "baseline"] * 3
+    assert set(best) == {"ours", "baseline"} and all(0 <= s < 1 for s in best.values())
 
 
 def test_unknown_benchmark_is_named():
