@@ -141,6 +141,14 @@ def validate_config(config: ApertusModel.Config) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _scalar_tensor(value: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
+    """A Python number as a 0-dim tensor of x's dtype and device (0-dim: it does not take part
+    in type promotion); a tensor as it is."""
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.tensor(value, dtype=x.dtype, device=x.device)
+
+
 def xielu(
     x: torch.Tensor,
     alpha_p_raw: torch.Tensor,
@@ -159,10 +167,7 @@ def xielu(
     Like transformers, there is no upcast: the arithmetic runs in the promoted dtype of ``x`` and
     the scalars (bf16 under bf16 mixed precision). The result is returned in ``x.dtype``.
     """
-    if not isinstance(beta, torch.Tensor):
-        beta = torch.tensor(beta, dtype=x.dtype, device=x.device)
-    if not isinstance(eps, torch.Tensor):
-        eps = torch.tensor(eps, dtype=x.dtype, device=x.device)
+    beta, eps = _scalar_tensor(beta, x), _scalar_tensor(eps, x)
     alpha_p = F.softplus(alpha_p_raw)
     alpha_n = beta + F.softplus(alpha_n_raw)
     out = torch.where(
@@ -322,10 +327,7 @@ def xielu_fused(
     """``xielu`` with the same result bit for bit, and a backward that is cheaper in time and
     saved memory (``_XIELUFunction``). The softplus of the raw alphas stays in autograd (two
     one-element ops); beta and eps are constants and cannot take a gradient."""
-    if not isinstance(beta, torch.Tensor):
-        beta = torch.tensor(beta, dtype=x.dtype, device=x.device)
-    if not isinstance(eps, torch.Tensor):
-        eps = torch.tensor(eps, dtype=x.dtype, device=x.device)
+    beta, eps = _scalar_tensor(beta, x), _scalar_tensor(eps, x)
     for name, value in (("beta", beta), ("eps", eps)):
         if value.requires_grad:
             raise ApertusError(
