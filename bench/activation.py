@@ -168,52 +168,43 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
         f"{args.tokens} tokens, dim {args.dim}, SwiGLU hidden {hidden}, xIELU hidden "
         f"{xielu_hidden}, {args.dtype}, {device}, {args.threads} thread(s), best of {args.repeat}"
     )
+
+    def timed(mode: str, name: str, part: str, ours: str, base: str, base_name: str, **kw) -> Ratio:
+        return Ratio(
+            f"{name} fwd+bwd ({mode})",
+            times[part, ours, mode],
+            times[part, base, mode],
+            "ms",
+            f"{base_name} {mode}",
+            **kw,
+        )
+
     rows = []
     for mode in modes:
+        eager = mode == "eager"
+        params = f"{n_params['fused']:,} / {n_params['SwiGLU']:,} parameters"
         rows += [
-            Ratio(
-                f"xIELU fused / SwiGLU elementwise fwd+bwd ({mode})",
-                times["elementwise", "fused", mode],
-                times["elementwise", "SwiGLU", mode],
-                "ms",
-                f"silu(g)*u {mode}",
-                goal=1.0 if mode == "compiled" else None,
-                note=where if mode == "eager" else "",
+            timed(
+                mode, "xIELU fused / SwiGLU elementwise", "elementwise", "fused", "SwiGLU",
+                "silu(g)*u", goal=None if eager else 1.0, note=where if eager else "",
             ),
-            Ratio(
-                f"xIELU reference / SwiGLU elementwise fwd+bwd ({mode})",
-                times["elementwise", "reference", mode],
-                times["elementwise", "SwiGLU", mode],
-                "ms",
-                f"silu(g)*u {mode}",
+            timed(
+                mode, "xIELU reference / SwiGLU elementwise", "elementwise", "reference", "SwiGLU",
+                "silu(g)*u",
             ),
-            Ratio(
-                f"xIELU fused / reference fwd+bwd ({mode})",
-                times["elementwise", "fused", mode],
-                times["elementwise", "reference", mode],
-                "ms",
-                f"reference {mode}",
+            timed(
+                mode, "xIELU fused / reference", "elementwise", "fused", "reference",
+                "reference",
             ),
-            Ratio(
-                f"xIELU MLP / SwiGLU MLP fwd+bwd ({mode})",
-                times["MLP", "fused", mode],
-                times["MLP", "SwiGLU", mode],
-                "ms",
-                f"SwiGLU MLP {mode}",
-                note=(
-                    f"{n_params['fused']:,} / {n_params['SwiGLU']:,} parameters"
-                    if mode == "eager"
-                    else ""
-                ),
+            timed(
+                mode, "xIELU MLP / SwiGLU MLP", "MLP", "fused", "SwiGLU", "SwiGLU MLP",
+                note=params if eager else "",
             ),
-            Ratio(
-                f"xIELU MLP fused / reference activation fwd+bwd ({mode})",
-                times["MLP", "fused", mode],
-                times["MLP", "reference", mode],
-                "ms",
-                f"reference act {mode}",
+            timed(
+                mode, "xIELU MLP fused / reference activation", "MLP", "fused", "reference",
+                "reference act",
             ),
-        ]
+        ]  # fmt: skip
     rows += [
         Ratio(
             "xIELU saved activations: fused / reference",

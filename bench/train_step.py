@@ -216,18 +216,8 @@ def build(
 
 def ademamix(model: nn.Module) -> AdEMAMix:
     """Our optimizer as pretraining configures it (`AdEMAMixSpec` defaults, two groups)."""
-    spec = AdEMAMixSpec()
-    return AdEMAMix(
-        param_groups(model, spec.weight_decay),
-        lr=LR,
-        betas=spec.betas,
-        alpha=spec.alpha,
-        t_alpha=spec.t_alpha,
-        t_beta3=spec.t_beta3,
-        eps=spec.eps,
-        weight_decay=spec.weight_decay,
-        foreach=True,
-    )
+    spec = dataclasses.asdict(AdEMAMixSpec())
+    return AdEMAMix(param_groups(model, spec["weight_decay"]), lr=LR, foreach=True, **spec)
 
 
 def adamw(model: nn.Module) -> torch.optim.AdamW:
