@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from apertus.model.config_registry import flavor
+from apertus.core.device import resolve_device
+from apertus.model.flavors import flavor
 from apertus.model.model import XIELU, FeedForward, xielu, xielu_fused
 from bench.common import Ratio, interleaved_best, main
 
@@ -97,11 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def measure(args: argparse.Namespace) -> list[Ratio]:
     if args.quick:
         args.tokens, args.dim, args.repeat = 512, 128, 5
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device is available")
+    device = resolve_device(args.device, setting="--device").type
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    device, dtype = args.device, getattr(torch, args.dtype)
+    dtype = getattr(torch, args.dtype)
     hidden = 3 * args.dim
     xielu_hidden = hidden * 3 // 2
 

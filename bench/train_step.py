@@ -3,7 +3,7 @@ of our step spent in the EOD + Goldfish loss masks and, on a GPU, MFU; measured 
 one run.
 
     python -m bench.train_step [--quick] [--flavor tiny] [--layers N] [--batch N] [--seq-len N]
-        [--steps N] [--threads N] [--device cpu|cuda] [--dtype float32|bfloat16] [--compile]
+        [--steps N] [--threads N] [--device auto|cpu|cuda] [--dtype float32|bfloat16] [--compile]
         [--fsdp] [--apart] [--attention auto|sdpa|flex] [--peak-tflops T]
 
     # issue 11 item 4 on one H100 (not yet run), with --flavor 1b --batch 2 and with
@@ -11,7 +11,7 @@ one run.
     python -m bench.train_step --device cuda --dtype bfloat16 --compile --fsdp --apart \
         --seq-len 4096
 
-Both models come from one shape (`apertus.model.config_registry.flavor`, `--layers` truncating
+Both models come from one shape (`apertus.model.flavors.flavor`, `--layers` truncating
 it): dim, layers, q/kv heads, head_dim, vocabulary, sequence length. llama3's SwiGLU hidden size
 is 2/3 of our FFN hidden, so both MLPs have 3 * dim * h weights and the same matmul FLOPs
 (RECIPE §1). Both are built on the meta device, compiled per block (`--compile`, as torchtitan's
@@ -67,12 +67,13 @@ from torchtitan.models.llama3 import (
 )
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor
+from apertus.core.device import resolve_device
+from apertus.model.flavors import flavor
 from apertus.model.model import ApertusModel
 from apertus.train.ademamix import AdEMAMix, param_groups
-from apertus.train.config_registry import AdEMAMixSpec
-from apertus.train.dataloader import BOS_ID, EOD_ID
 from apertus.train.goldfish import GOLDFISH_H, GOLDFISH_K, apply_loss_masks
+from apertus.train.pretokenized import BOS_ID, EOD_ID
+from apertus.train.run_spec import AdEMAMixSpec
 from bench.common import Ratio, interleaved_best, main
 
 # Peak dense bf16 tensor-core FLOPs by device name (NVIDIA datasheets); the first match wins,
@@ -282,7 +283,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps (best of)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="auto", help="auto: CUDA when present, else CPU")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument(
         "--attention",
@@ -306,7 +307,7 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
     if args.quick:
         args.flavor, args.batch, args.seq_len, args.steps, args.warmup = "debug", 2, 128, 10, 3
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = resolve_device(args.device, setting="--device")
     dtype = getattr(torch, args.dtype)
     attention = args.attention
     if attention == "auto":

@@ -1,4 +1,5 @@
-"""What every stage shares: validated configuration, atomic files, manifests, the stage runner.
+"""What every stage shares: validated configuration (`config`) typed into dataclasses (`typed`),
+atomic files, manifests, progress lines, job resources, the torch device, the stage runner.
 
 Stages import from here and nowhere else in the package for these concerns, so the contract
 (outputs under ``results/{run}/<stage>/``, one ``manifest.json`` per step, atomic writes, clear

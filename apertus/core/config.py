@@ -59,7 +59,7 @@ def load_schema(path: str | os.PathLike = SCHEMA_PATH) -> dict[str, Any]:
     return load_yaml(path, what="config schema")
 
 
-def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+def resolve_ref(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
     """Follow a local ``$ref`` (``#/$defs/name``); the schema uses no other kind."""
     while "$ref" in schema:
         node: Any = root
@@ -78,17 +78,17 @@ def apply_defaults(
     ``default`` in the schema. Values of the wrong type are left for validation to report.
     """
     root = schema if root is None else root
-    schema = _resolve(schema, root)
+    schema = resolve_ref(schema, root)
     if isinstance(instance, dict) and "anyOf" in schema:
         # `null or mapping` style keys: fill the mapping option's defaults.
         for option in schema["anyOf"]:
-            if _resolve(option, root).get("type") == "object":
+            if resolve_ref(option, root).get("type") == "object":
                 apply_defaults(instance, option, root)
         return
     if isinstance(instance, dict):
         properties = schema.get("properties", {})
         for key, sub in properties.items():
-            sub = _resolve(sub, root)
+            sub = resolve_ref(sub, root)
             if key not in instance:
                 if "default" in sub:
                     instance[key] = copy.deepcopy(sub["default"])
@@ -288,7 +288,7 @@ def _type_name(schema: dict[str, Any]) -> str:
 def _rows(schema: dict[str, Any], root: dict[str, Any], prefix: list[str]) -> list[str]:
     rows = []
     for key, sub in schema.get("properties", {}).items():
-        sub = _resolve(sub, root)
+        sub = resolve_ref(sub, root)
         path = [*prefix, key]
         if sub.get("type") == "object" and "properties" in sub:
             rows += _rows(sub, root, path)
@@ -320,7 +320,7 @@ def render_reference(schema: dict[str, Any] | None = None) -> str:
         "",
     ]
     header = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    sections = {k: _resolve(v, schema) for k, v in schema.get("properties", {}).items()}
+    sections = {k: resolve_ref(v, schema) for k, v in schema.get("properties", {}).items()}
     scalars = {k: v for k, v in sections.items() if "properties" not in v}
     out += ["## Run", "", *header, *_rows({"properties": scalars}, schema, []), ""]
     for key, sub in sections.items():

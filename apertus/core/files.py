@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -36,32 +37,63 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-@contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """Open a file that replaces `path` only once it is completely written.
+# The permissions `open()` gives a new file (0666 less the umask): mkstemp's 0600 is too strict
+# for outputs that others read. The umask can only be read by setting it, so it is read once, at
+# import, and set meanwhile to the usual 022 rather than to 0 in case another thread is writing.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+NEW_FILE_MODE = 0o666 & ~_UMASK
 
-    Writes go to a temporary file in the same directory (same filesystem); on a clean exit it is
-    flushed to disk and renamed over `path`, so readers see the old file or the whole new one,
-    never a part. On any error the temporary file is removed and `path` is left as it was.
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file name beside `path`, for writers that want a name rather than a file
+    object (safetensors' ``save_file``, matplotlib's ``savefig``).
+
+    The file (created empty, so the name is ours) replaces `path` only once the block exits
+    cleanly: it is then flushed to disk, given the permissions of a plain new file, and renamed
+    over `path`, so readers see the old file or the whole new one, never a part. On any error
+    it is removed and `path` is left as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            f.flush()
+        yield tmp
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, NEW_FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Open a file that replaces `path` only once it is completely written (see `atomic_path`:
+    same filesystem, flushed to disk, plain permissions; on any error `path` is left as it
+    was). Text modes are UTF-8."""
+    with (
+        atomic_path(path) as tmp,
+        open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f,
+    ):
+        yield f
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` atomically (see `atomic_open`)."""
     with atomic_open(path, "w") as f:
         f.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically (see `atomic_open`)."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
     return Path(path)
 
 
@@ -84,6 +116,34 @@ def replace_directory(built: str | os.PathLike, target: str | os.PathLike) -> No
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(built, target)
+
+
+@contextmanager
+def building_directory(target: str | os.PathLike) -> Iterator[Path]:
+    """A fresh empty directory beside `target` to build in, which replaces `target` (see
+    `replace_directory`) when the block exits cleanly. On an error it is removed and `target`
+    is left as it was. What may be replaced (e.g. only a directory of our own outputs) is the
+    caller's check, before the block.
+
+    A build killed outright (SIGKILL, a lost node) cannot clean up after itself; its leftovers
+    beside `target` are removed when `target` is next built, so a checkpoint-sized directory
+    does not stay behind per attempt. One target is built by one process at a time (Snakemake
+    runs one job per output).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    leftover = re.compile(rf"\.{re.escape(target.name)}\.[0-9a-f]{{32}}\.(tmp|old)")
+    for path in target.parent.iterdir():
+        if leftover.fullmatch(path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+    built = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    built.mkdir()
+    try:
+        yield built
+        replace_directory(built, target)
+    finally:
+        if built.exists():
+            shutil.rmtree(built, ignore_errors=True)
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:

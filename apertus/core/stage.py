@@ -10,7 +10,7 @@ and the entry point is written as::
         parser = stage_parser("tokenize", "Tokenize the filtered corpus into shards.")
         parser.add_argument("--input", ...)
         args = parser.parse_args(argv)
-        cfg = TokenizeConfig(**args.config)
+        cfg = ShardsConfig.from_dict(args.config)   # a Config dataclass (apertus.core.typed)
         with StepRun("tokenize", "shards", args.config, inputs=[...], outputs=[...],
                      manifest=args.manifest, seed=cfg.seed) as step:
             ...                       # the real work

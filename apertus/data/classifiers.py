@@ -31,9 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import re
-import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,7 +49,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.utils.typeshelper import StatHints
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json
+from apertus.core.files import atomic_path, atomic_write_json
 
 TASKS = ("quality", "toxicity")
 BACKENDS = ("ngram", "xlmr")
@@ -274,14 +272,8 @@ def train_ngram_classifier(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = {"weight": weight.detach().flatten().contiguous(), "bias": bias.detach().clone()}
-    fd, tmp = tempfile.mkstemp(prefix=".model.", suffix=".tmp", dir=out_dir)
-    os.close(fd)
-    try:
+    with atomic_path(out_dir / "model.safetensors") as tmp:
         save_file(tensors, tmp, metadata={"backend": "ngram"})
-        os.replace(tmp, out_dir / "model.safetensors")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     atomic_write_json(out_dir / "config.json", config)
     return metrics
 

@@ -1,32 +1,39 @@
-"""The data section of the config, typed once at the boundary (the schema validated it already)."""
+"""The ``data:`` section of the config as frozen dataclasses, typed once at the boundary; every
+default comes from the schema (:mod:`apertus.core.typed`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-
-def _build(cls, values: dict[str, Any]):
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
+from apertus.core.typed import Config
+from apertus.data.probes import ProbesConfig
 
 
 @dataclass(frozen=True)
-class Source:
+class Sample(Config, key="data.sample"):
+    """The sample corpus the pipeline makes itself (read by sources whose path is `sample`)."""
+
+    seed: int
+    target_bytes: int
+
+
+@dataclass(frozen=True)
+class Source(Config, key="data.sources[]"):
     name: str
     reader: str
     path: str
     kind: str
-    glob: str | None = None
-    hf_config: str | None = None
-    hf_split: str = "train"
-    text_field: str = "text"
-    id_field: str = "id"
-    url_field: str | None = "url"
-    language_field: str | None = "language"
-    language: str | None = None
-    limit: int = -1
-    shards: int = 1
+    glob: str | None
+    hf_config: str | None
+    hf_split: str
+    text_field: str
+    id_field: str
+    url_field: str | None
+    language_field: str | None
+    language: str | None
+    limit: int
+    shards: int
 
     @property
     def is_sample(self) -> bool:
@@ -34,50 +41,50 @@ class Source:
 
 
 @dataclass(frozen=True)
-class Robots:
-    enabled: bool = True
-    agents: tuple[str, ...] = ()
-    directory: str | None = "config/robots"
-    concurrency: int = 16
-    timeout: float = 10.0
-    cache_dir: str = "results/robots-cache"
-    max_age_days: int | None = None
+class Robots(Config, key="data.robots"):
+    enabled: bool
+    agents: tuple[str, ...]
+    directory: str | None
+    concurrency: int
+    timeout: float
+    cache_dir: str
+    max_age_days: int | None
 
 
 @dataclass(frozen=True)
-class Language:
-    backend: str = "ft176"
-    model_path: str | None = None
-    min_score: float = 0.5
-    min_score_by_language: dict[str, float] = field(default_factory=dict)
-    languages: tuple[str, ...] | None = None
-    trust_hint_for: tuple[str, ...] = ()
-    exempt_kinds: tuple[str, ...] = ()
+class Language(Config, key="data.language"):
+    backend: str
+    model_path: str | None
+    min_score: float
+    min_score_by_language: dict[str, float]
+    trust_hint_for: tuple[str, ...]
+    exempt_kinds: tuple[str, ...]
+    languages: tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
-class Heuristics:
-    families: tuple[str, ...] = ()
-    languages: tuple[str, ...] | None = None
-    exempt_kinds: tuple[str, ...] = ()
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+class Heuristics(Config, key="data.heuristics"):
+    families: tuple[str, ...]
+    languages: tuple[str, ...] | None
+    exempt_kinds: tuple[str, ...]
+    options: dict[str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
-class ClassifierFilter:
-    """Quality (keep the top `fraction`) or toxicity (drop the top `fraction`) per language."""
+class ClassifierFilter(Config):
+    """What the quality and toxicity filters share: a classifier scoring documents per language,
+    and the end of the score distribution each keeps."""
 
-    task: str
-    fraction: float
-    enabled: bool = True
-    backend: str = "ngram"
-    apply_to_kinds: tuple[str, ...] = ("web",)
-    min_documents: int = 20
-    labels: str = "sample"
-    epochs: int = 20
-    seed: int = 1234
-    encoder: str = "FacebookAI/xlm-roberta-base"
-    head: str | None = None
+    task: ClassVar[str]
+    seed: int
+    enabled: bool
+    backend: str
+    min_documents: int
+    labels: str
+    epochs: int
+    encoder: str
+    head: str | None
+    apply_to_kinds: tuple[str, ...]
 
     @property
     def score_key(self) -> str:
@@ -88,68 +95,67 @@ class ClassifierFilter:
         """The end of the score distribution kept: quality keeps the top, toxicity the bottom."""
         return "top" if self.task == "quality" else "bottom"
 
-
-@dataclass(frozen=True)
-class Dedup:
-    minhash: bool = True
-    ngrams: int = 5
-    buckets: int = 14
-    hashes_per_bucket: int = 8
-    exact: bool = True
+    @property
+    def fraction(self) -> float:
+        """The share of scored documents at the far end: kept (quality) or dropped (toxicity)."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class PII:
-    kinds: tuple[str, ...] = ()
-    exempt_kinds: tuple[str, ...] = ("code", "math")
+class QualityFilter(ClassifierFilter, key="data.quality"):
+    """Keep the top `keep_fraction` of documents per language by quality score."""
 
+    task: ClassVar[str] = "quality"
+    keep_fraction: float
 
-def _tuple(value):
-    return tuple(value) if isinstance(value, list) else value
+    @property
+    def fraction(self) -> float:
+        return self.keep_fraction
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class ToxicityFilter(ClassifierFilter, key="data.toxicity"):
+    """Drop the top `drop_fraction` of documents per language by toxicity score."""
+
+    task: ClassVar[str] = "toxicity"
+    drop_fraction: float
+
+    @property
+    def fraction(self) -> float:
+        return self.drop_fraction
+
+
+@dataclass(frozen=True)
+class Dedup(Config, key="data.dedup"):
+    minhash: bool
+    ngrams: int
+    buckets: int
+    hashes_per_bucket: int
+    exact: bool
+
+
+@dataclass(frozen=True)
+class PII(Config, key="data.pii"):
+    kinds: tuple[str, ...]
+    exempt_kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DataConfig(Config, key="data"):
+    """The ``data:`` section. A step is given only the parts it reads (the rules pass e.g.
+    ``{"dedup": ...}``); the others take the schema's defaults."""
+
+    sample: Sample
     sources: tuple[Source, ...]
     robots: Robots
     language: Language
     heuristics: Heuristics
-    quality: ClassifierFilter
-    toxicity: ClassifierFilter
+    quality: QualityFilter
+    toxicity: ToxicityFilter
     dedup: Dedup
     pii: PII
-    output: str = "parquet"
-    sample_seed: int = 0
-    sample_target_bytes: int = 0
-
-    @classmethod
-    def from_dict(cls, cfg: dict[str, Any]) -> DataConfig:
-        def typed(kind, values, **extra):
-            return _build(kind, {k: _tuple(v) for k, v in {**values, **extra}.items()})
-
-        quality = dict(cfg.get("quality", {}))
-        toxicity = dict(cfg.get("toxicity", {}))
-        sample = cfg.get("sample", {})
-        return cls(
-            sources=tuple(typed(Source, s) for s in cfg.get("sources", [])),
-            robots=typed(Robots, cfg.get("robots", {})),
-            language=typed(Language, cfg.get("language", {})),
-            heuristics=typed(Heuristics, cfg.get("heuristics", {})),
-            quality=typed(
-                ClassifierFilter, quality, task="quality", fraction=quality.get("keep_fraction", 1)
-            ),
-            toxicity=typed(
-                ClassifierFilter,
-                toxicity,
-                task="toxicity",
-                fraction=toxicity.get("drop_fraction", 0),
-            ),
-            dedup=typed(Dedup, cfg.get("dedup", {})),
-            pii=typed(PII, cfg.get("pii", {})),
-            output=cfg.get("output", "parquet"),
-            sample_seed=sample.get("seed", 0),
-            sample_target_bytes=sample.get("target_bytes", 0),
-        )
+    output: str
+    probes: ProbesConfig
 
     def source(self, name: str) -> Source:
         for source in self.sources:

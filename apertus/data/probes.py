@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import atomic_open, atomic_write_text, read_jsonl
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config
 
 SOURCE = "probes"
 KIND = "probe"
@@ -59,16 +60,16 @@ _WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
-class ProbesConfig:
+class ProbesConfig(Config, key="data.probes"):
     """`data.probes`: how many probes to plant, how often, and how long they are."""
 
-    enabled: bool = True
-    exposures: tuple[int, ...] = (1, 4, 16, 64)
-    per_count: int = 2
-    controls: int = 8
-    words: int = 50
-    language: str = "en"
-    seed: int = 0
+    enabled: bool
+    exposures: tuple[int, ...]
+    per_count: int
+    controls: int
+    words: int
+    language: str
+    seed: int
 
     def __post_init__(self) -> None:
         def positive_int(value: Any) -> bool:
@@ -102,13 +103,6 @@ class ProbesConfig:
         if not isinstance(self.enabled, bool):
             raise ApertusError(f"data.probes.enabled must be true or false, got {self.enabled!r}")
         probe_words(self.language)  # an unknown language fails here, naming the known ones
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> ProbesConfig:
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ApertusError(f"data.probes: unknown key(s) {unknown}")
-        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,9 @@ import gzip
 import ipaddress
 import itertools
 import json
-import os
 import random
 import re
 import string
-import tempfile
 import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -56,6 +54,7 @@ from types import ModuleType
 from typing import Any
 
 from apertus.core import ApertusError
+from apertus.core.files import atomic_write_bytes
 from apertus.data.sample_text import (
     BANKS,
     LOREM_OPENING,
@@ -250,11 +249,6 @@ NORMAL_ROBOTS = ("open", "none", "other_bots")
 PARTIAL_ROBOTS = ("private", "allow_override", "wildcard")
 
 
-def robots_hosts() -> dict[str, str]:
-    """Host -> robots policy for every host that ships a robots.txt in config/robots/."""
-    return {s.host: s.robots for s in SITES if s.robots != "none"}
-
-
 # --- countries: phone numbers, IBANs ------------------------------------------------------------
 
 SUFFIX_COUNTRY = {
@@ -355,15 +349,6 @@ def slugify(text: str) -> str:
     text = "".join(_TRANSLIT.get(c, c) for c in text)
     slug = re.sub(r"[^a-z0-9]+", "-", text).strip("-")
     return slug[:60].rstrip("-")
-
-
-def iban_is_valid(iban: str) -> bool:
-    """ISO 13616 mod-97 check of an IBAN written with or without spaces."""
-    compact = iban.replace(" ", "")
-    if not re.fullmatch(r"[A-Z]{2}[0-9]{2}[A-Z0-9]+", compact):
-        return False
-    digits = "".join(str(int(c, 36)) for c in compact[4:] + compact[:4])
-    return int(digits) % 97 == 1
 
 
 def _country(host: str, default: str) -> str:
@@ -1248,21 +1233,6 @@ class _BytesSink:
         return b"".join(self._chunks)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are ordinary data files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _jsonl(records: list[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
 
@@ -1329,7 +1299,7 @@ def make_sample_corpus(out_dir: Path, seed: int, target_bytes: int = DEFAULT_TAR
     by_language: dict[str, dict[str, int]] = defaultdict(lambda: {"documents": 0, "text_bytes": 0})
     for kind, docs in (("web", web), ("edu", edu), ("code", code)):
         data = _gzip_jsonl([d.record() for d in docs])
-        _atomic_write_bytes(out_dir / f"{kind}.jsonl.gz", data)
+        atomic_write_bytes(out_dir / f"{kind}.jsonl.gz", data)
         text_bytes = sum(len(d.text.encode("utf-8")) for d in docs)
         summary["files"][kind] = {
             "documents": len(docs),
@@ -1342,10 +1312,10 @@ def make_sample_corpus(out_dir: Path, seed: int, target_bytes: int = DEFAULT_TAR
             entry = by_language[d.language]
             entry["documents"] += 1
             entry["text_bytes"] += len(d.text.encode("utf-8"))
-    _atomic_write_bytes(out_dir / "labels" / "quality.jsonl", _jsonl(quality))
-    _atomic_write_bytes(out_dir / "labels" / "toxicity.jsonl", _jsonl(toxicity))
+    atomic_write_bytes(out_dir / "labels" / "quality.jsonl", _jsonl(quality))
+    atomic_write_bytes(out_dir / "labels" / "toxicity.jsonl", _jsonl(toxicity))
     planted_text = json.dumps(planted, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    _atomic_write_bytes(out_dir / "planted.json", planted_text.encode("utf-8"))
+    atomic_write_bytes(out_dir / "planted.json", planted_text.encode("utf-8"))
 
     summary["languages"] = {lang: by_language[lang] for lang in sorted(by_language)}
     summary["total_text_bytes"] = sum(f["text_bytes"] for f in summary["files"].values())

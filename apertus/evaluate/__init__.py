@@ -6,6 +6,7 @@
   (``apertus_ppl_<lang>``, group ``apertus_ppl``), from the YAML templates in ``task_templates/``.
 - ``lmeval``: one model folder through ``lm_eval.simple_evaluate`` with a configured suite, writing
   lm-eval's results JSON and the ``lm_eval`` command line that reproduces them.
+- ``memorization``: how much of each planted probe a model reproduces, per exposure count.
 - ``table``: one table (CSV, Markdown) and plot across checkpoints.
 - ``stage``: the entry points of workflow/rules/evaluate.smk.
 """

@@ -36,12 +36,13 @@ import os
 import shlex
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_text
+from apertus.core.typed import Config
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,9 @@ COMMON_ENV = {"TOKENIZERS_PARALLELISM": "false"}
 
 
 @dataclass(frozen=True)
-class SuiteEntry:
-    """One task (or group, or tag) of a suite.
+class SuiteEntry(Config, key="evaluate.suite.tasks[]"):
+    """One task (or group, or tag) of a suite. The optional keys default here: the schema
+    leaves them out of the config when they are not given.
 
     task: an lm-eval task, group or tag name (ours: apertus_mc, apertus_ppl, apertus_mc_de...).
     num_fewshot: few-shot examples, or None for the task's own default (0 when it has none).
@@ -101,14 +103,8 @@ class SuiteEntry:
             )
 
 
-DEFAULT_SUITE: tuple[SuiteEntry, ...] = (
-    SuiteEntry("apertus_mc"),
-    SuiteEntry("apertus_ppl"),
-)
-
-
 @dataclass(frozen=True)
-class LmEvalOptions:
+class LmEvalOptions(Config, key="evaluate.suite"):
     """How a model is run: the ``evaluate.suite`` section.
 
     tasks: the suite, a list of :class:`SuiteEntry` (``{task, num_fewshot, limit,
@@ -123,15 +119,15 @@ class LmEvalOptions:
     log_samples: also write every scored request (``lm_eval/samples-<k>/<task>.jsonl``).
     """
 
-    tasks: tuple[SuiteEntry, ...] = DEFAULT_SUITE
-    batch_size: int | str = 8
-    device: str = "cpu"
-    dtype: str = "float32"
-    model_args: dict[str, Any] = field(default_factory=dict)
-    include_defaults: bool = False
-    seed: int = 1234
-    offline: bool = True
-    log_samples: bool = True
+    tasks: tuple[SuiteEntry, ...]
+    batch_size: int | str
+    device: str
+    dtype: str
+    model_args: dict[str, Any]
+    include_defaults: bool
+    seed: int
+    offline: bool
+    log_samples: bool
 
     def __post_init__(self) -> None:
         if not self.tasks:

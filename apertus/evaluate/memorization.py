@@ -44,9 +44,11 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError
+from apertus.core.device import resolve_device
 from apertus.core.files import atomic_write_json
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config
 from apertus.data.probes import Probe, read_probes
 
 RESULT_FILE = "memorization.json"
@@ -54,14 +56,14 @@ PLOT_FILE = "memorization.png"
 
 
 @dataclass(frozen=True)
-class MemorizationConfig:
+class MemorizationConfig(Config, key="evaluate.memorization"):
     """`evaluate.memorization`: prompt and continuation lengths, batching, device, plot label."""
 
-    prefix_tokens: int = 16
-    suffix_tokens: int = 48
-    batch_size: int = 16
-    device: str = "auto"
-    label: str = "this run"
+    prefix_tokens: int
+    suffix_tokens: int
+    batch_size: int
+    device: str
+    label: str
 
     def __post_init__(self) -> None:
         for key in ("prefix_tokens", "suffix_tokens", "batch_size"):
@@ -74,13 +76,6 @@ class MemorizationConfig:
             raise ApertusError("evaluate.memorization.device must be 'auto', 'cpu' or 'cuda[:N]'")
         if not isinstance(self.label, str) or not self.label:
             raise ApertusError("evaluate.memorization.label must be a non-empty string")
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> MemorizationConfig:
-        unknown = sorted(set(values) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ApertusError(f"evaluate.memorization: unknown key(s) {unknown}")
-        return cls(**values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,20 +118,6 @@ def exact_match_prefix(candidate: Sequence[int], reference: Sequence[int]) -> in
 
 # ---------------------------------------------------------------------------------------------
 # Measuring
-
-
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as e:
-        raise ApertusError(f"unknown device {name!r}: {e}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ApertusError(f"device {name!r} asked for, but torch sees no CUDA device")
-    return device
 
 
 def _probe_tokens(tokenizer, probes: Sequence[Probe]) -> list[list[int]]:
@@ -214,7 +195,7 @@ def measure(
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     except Exception as e:
         raise ApertusError(f"cannot load a causal LM from {model_dir}: {e}") from e
-    torch_device = _device(device)
+    torch_device = resolve_device(device, setting="evaluate.memorization.device")
     model.to(torch_device).eval()
 
     encoded = _probe_tokens(tokenizer, probes)
@@ -315,31 +296,18 @@ def trained_stream(run_dir: Path) -> tuple[Path, int]:
     not load its data position; apertus.train.dataloader). So the run consumed the first
     ``sequences(first_step, steps) * (seq_len + 1)`` tokens, where `first_step` is the step of
     the checkpoint a ``continue`` run starts from (0 otherwise) and the batch follows the run's
-    ramp (apertus.train.stage.pretrain_ramp).
+    ramp (`apertus.train.run_spec.RunSpec.ramp`).
     """
-    from apertus.train.stage import pretrain_ramp
+    from apertus.train.run_spec import load_run_spec
 
     spec_path = Path(run_dir) / "spec.json"
-    try:
-        spec = json.loads(spec_path.read_text(encoding="utf-8"))
-        phase_dir = Path(spec["phase_dir"])
-        seq_len, steps = int(spec["seq_len"]), int(spec["steps"])
-        checkpoint = spec.get("checkpoint") or {}
-        first = 0
-        if checkpoint.get("initial") and checkpoint.get("initial_mode") == "continue":
-            first = int(Path(checkpoint["initial"]).name.removeprefix("step-"))
-        ramp = pretrain_ramp(
-            {
-                "global_batch": spec["global_batch"],
-                "batch_ramp": spec.get("batch_ramp"),
-                "seq_len": seq_len,
-            }
-        )
-        windows = ramp.sequences(first, steps)
-    except FileNotFoundError:
-        raise ApertusError(f"{spec_path}: not found; is {run_dir} a pretraining run?") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ApertusError(f"{spec_path}: cannot tell which data the run trained on ({e})") from e
+    if not spec_path.is_file():
+        raise ApertusError(f"{spec_path}: not found; is {run_dir} a pretraining run?")
+    spec = load_run_spec(spec_path)
+    if spec.phase_dir is None:
+        raise ApertusError(f"{spec_path}: not a pretraining run (it trains on {spec.sft_data})")
+    phase_dir, seq_len = Path(spec.phase_dir), spec.seq_len
+    windows = spec.ramp().sequences(spec.first_step(), spec.steps)
     return phase_dir, windows * (seq_len + 1)
 
 

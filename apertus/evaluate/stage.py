@@ -9,31 +9,34 @@ table  --results NAME=DIR ... [--memorization NAME=DIR ...]
 
 `--config` is the ``evaluate:`` section, or only the part a step reads (the rules pass
 ``{"tasks": ...}``, ``{"suite": ...}`` and ``{"table": ...}``, so that changing the table
-options re-runs no evaluation); :class:`EvaluateConfig` lists the keys and defaults. Whatever
-part is given is validated, unknown keys included; missing parts take their defaults.
+options re-runs no evaluation); :class:`EvaluateConfig` lists the keys, the schema their
+defaults. Whatever part is given is checked, unknown keys included; missing parts take the
+schema's defaults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main, stage_parser
-from apertus.evaluate.lmeval import DEFAULT_SUITE, LmEvalOptions, SuiteEntry
+from apertus.core.typed import Config
+from apertus.evaluate.lmeval import LmEvalOptions
+from apertus.evaluate.memorization import MemorizationConfig
 from apertus.evaluate.table import PLOT_METRICS
 from apertus.evaluate.tasks import ClozeOptions, PerplexityOptions
 
 
 @dataclass(frozen=True)
-class TableOptions:
+class TableOptions(Config, key="evaluate.table"):
     """metrics: the metrics in the table (names such as acc, bits_per_byte), or None for all.
     plot_metric: the perplexity metric of the plot (bits_per_byte, byte_perplexity or
     word_perplexity)."""
 
-    metrics: tuple[str, ...] | None = None
-    plot_metric: str = "bits_per_byte"
+    metrics: tuple[str, ...] | None
+    plot_metric: str
 
     def __post_init__(self) -> None:
         if self.metrics is not None:
@@ -49,23 +52,8 @@ class TableOptions:
             )
 
 
-def _options(cls, data: Any, where: str, **fixed: Any):
-    """`cls(**data, **fixed)`, refusing what is not a mapping or names a key `cls` lacks."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ApertusError(f"{where} must be a mapping, got {data!r}")
-    known = [f.name for f in fields(cls) if f.name not in fixed]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ApertusError(
-            f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"
-        )
-    return cls(**data, **fixed)
-
-
 @dataclass(frozen=True)
-class TasksConfig:
+class TasksConfig(Config, key="evaluate.tasks"):
     """``evaluate.tasks``: the task builder.
 
     seed: seeds the cloze items and the perplexity sample.
@@ -73,76 +61,31 @@ class TasksConfig:
     ppl: the perplexity tasks (:class:`PerplexityOptions`).
     """
 
-    seed: int = 1234
-    mc: ClozeOptions = field(default_factory=ClozeOptions)
-    ppl: PerplexityOptions = field(default_factory=PerplexityOptions)
+    seed: int
+    mc: ClozeOptions
+    ppl: PerplexityOptions
 
-    @classmethod
-    def from_dict(cls, data: Any) -> TasksConfig:
-        data = {} if data is None else data
-        if not isinstance(data, dict):
-            raise ApertusError(f"evaluate.tasks must be a mapping, got {data!r}")
-        unknown = sorted(set(data) - {"seed", "mc", "ppl"})
-        if unknown:
-            raise ApertusError(
-                f"evaluate.tasks: unknown key(s) {', '.join(unknown)} (known: seed, mc, ppl)"
-            )
-        seed = data.get("seed", 1234)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ApertusError(f"evaluate.tasks.seed must be an integer >= 0, got {seed!r}")
-        return cls(
-            seed=seed,
-            mc=_options(ClozeOptions, data.get("mc"), "evaluate.tasks.mc"),
-            ppl=_options(PerplexityOptions, data.get("ppl"), "evaluate.tasks.ppl"),
-        )
-
-
-def suite_options(data: Any) -> LmEvalOptions:
-    """``evaluate.suite`` as :class:`LmEvalOptions` (its ``tasks`` as :class:`SuiteEntry`)."""
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ApertusError(f"evaluate.suite must be a mapping, got {data!r}")
-    data = dict(data)
-    entries = data.pop("tasks", None)
-    if entries is None:
-        suite = DEFAULT_SUITE
-    elif isinstance(entries, list):
-        suite = tuple(
-            _options(SuiteEntry, e, f"evaluate.suite.tasks[{i}]") for i, e in enumerate(entries)
-        )
-    else:
-        raise ApertusError(f"evaluate.suite.tasks must be a list of tasks, got {entries!r}")
-    return _options(LmEvalOptions, data, "evaluate.suite", tasks=suite)
+    def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ApertusError(f"evaluate.tasks.seed must be an integer >= 0, got {self.seed!r}")
 
 
 @dataclass(frozen=True)
-class EvaluateConfig:
+class EvaluateConfig(Config, key="evaluate"):
     """The ``evaluate:`` config section; a step may be given only its own part (the rules pass
-    ``{"tasks": ...}``, ``{"suite": ...}`` or ``{"table": ...}``), the rest takes defaults.
+    ``{"tasks": ...}``, ``{"suite": ...}`` or ``{"table": ...}``), the rest takes the schema's
+    defaults.
 
     tasks: the task builder (:class:`TasksConfig`).
     suite: the lm-eval run of each checkpoint (:class:`LmEvalOptions`).
+    memorization: the memorization measurement (apertus.evaluate.memorization's step).
     table: the table and plot (:class:`TableOptions`).
-    memorization: read by apertus.evaluate.memorization, not here.
     """
 
-    tasks: TasksConfig = field(default_factory=TasksConfig)
-    suite: LmEvalOptions = field(default_factory=LmEvalOptions)
-    table: TableOptions = field(default_factory=TableOptions)
-
-    @classmethod
-    def from_dict(cls, config: dict[str, Any]) -> EvaluateConfig:
-        known = ["tasks", "suite", "table", "memorization"]
-        unknown = sorted(set(config) - set(known))
-        if unknown:
-            raise ApertusError(
-                f"evaluate: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"
-            )
-        return cls(
-            tasks=TasksConfig.from_dict(config.get("tasks")),
-            suite=suite_options(config.get("suite")),
-            table=_options(TableOptions, config.get("table"), "evaluate.table"),
-        )
+    tasks: TasksConfig
+    suite: LmEvalOptions
+    memorization: MemorizationConfig
+    table: TableOptions
 
 
 def tasks(args, cfg: EvaluateConfig) -> None:

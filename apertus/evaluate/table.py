@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_text
+from apertus.core.files import atomic_path, atomic_write_text
 from apertus.evaluate.lmeval import RESULTS_DIR
 from apertus.evaluate.tasks import MC_GROUP, PPL_GROUP
 
@@ -271,9 +271,8 @@ def write_table(
     table = score_table(runs, metrics)
     atomic_write_text(out_dir / "scores.csv", table_csv(table))
     atomic_write_text(out_dir / "scores.md", table_markdown(table))
-    tmp = out_dir / ".scores.png.tmp"
-    drawn = plot_scores(score_table(runs), tmp, plot_metric)  # whatever `metrics` kept
-    os.replace(tmp, out_dir / "scores.png")
+    with atomic_path(out_dir / "scores.png") as tmp:
+        drawn = plot_scores(score_table(runs), tmp, plot_metric)  # whatever `metrics` kept
     return {
         "checkpoints": table.checkpoints,
         "columns": [f"{t}/{m}" for t, m in table.columns],

@@ -33,8 +33,6 @@ import json
 import os
 import random
 import re
-import shutil
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +41,8 @@ from typing import Any
 import yaml
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, read_jsonl, replace_directory, sha256_text
+from apertus.core.files import atomic_write_json, building_directory, read_jsonl, sha256_text
+from apertus.core.typed import Config
 
 TEMPLATES = Path(__file__).parent / "task_templates"
 MC_TEMPLATE = "_apertus_mc_template_yaml"
@@ -89,7 +88,7 @@ def _check_languages(where: str, value: Any) -> tuple[str, ...] | None:
 
 
 @dataclass(frozen=True)
-class ClozeOptions:
+class ClozeOptions(Config, key="evaluate.tasks.mc"):
     """How the continuation cloze (``apertus_mc_<lang>``) is built.
 
     languages: the languages to build, or None for every held-out language with enough
@@ -103,11 +102,11 @@ class ClozeOptions:
         whitespace.
     """
 
-    languages: tuple[str, ...] | None = None
-    items_per_language: int = 8
-    choices: int = 4
-    context_chars: int = 200
-    continuation_chars: int = 60
+    languages: tuple[str, ...] | None
+    items_per_language: int
+    choices: int
+    context_chars: int
+    continuation_chars: int
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -120,7 +119,7 @@ class ClozeOptions:
 
 
 @dataclass(frozen=True)
-class PerplexityOptions:
+class PerplexityOptions(Config, key="evaluate.tasks.ppl"):
     """How the perplexity tasks (``apertus_ppl_<lang>``) are built.
 
     languages: the languages to build, or None for every held-out language.
@@ -128,8 +127,8 @@ class PerplexityOptions:
         order), or None for all.
     """
 
-    languages: tuple[str, ...] | None = None
-    max_documents: int | None = None
+    languages: tuple[str, ...] | None
+    max_documents: int | None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -423,8 +422,8 @@ def build_task_directory(
     heldout_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
     *,
-    mc: ClozeOptions = ClozeOptions(),
-    ppl: PerplexityOptions = PerplexityOptions(),
+    mc: ClozeOptions | None = None,
+    ppl: PerplexityOptions | None = None,
     seed: int = 1234,
 ) -> dict[str, Any]:
     """Build an lm-eval task directory in `out_dir` from the held-out documents.
@@ -438,9 +437,12 @@ def build_task_directory(
          "ppl": {"tasks": [...], "languages": {lang: {"documents", "characters"}}, ...},
          "groups": [...], "empty_documents": {lang: n}, "options": {...}, "seed": seed}
 
+    `mc` and `ppl` default to the config's (``evaluate.tasks.mc`` and ``.ppl`` of the schema).
     Raises ApertusError for bad held-out files (naming file and line), a configured language
     without held-out documents, or when no task at all can be built.
     """
+    mc = ClozeOptions.from_dict({}) if mc is None else mc
+    ppl = PerplexityOptions.from_dict({}) if ppl is None else ppl
     _check_int("seed", seed, 0)
     out_dir = Path(out_dir).absolute()
     heldout = read_heldout(heldout_dir)
@@ -527,15 +529,9 @@ def _publish(out_dir: Path, files: dict[str, str], summary: dict[str, Any]) -> N
                 f"{out_dir} is not empty and is not a task directory (no {SUMMARY_FILE}); "
                 "refusing to replace it"
             )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex}.tmp")
-    try:
+    with building_directory(out_dir) as tmp:
         for relative, text in files.items():
             path = tmp / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
         atomic_write_json(tmp / SUMMARY_FILE, summary)
-        replace_directory(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

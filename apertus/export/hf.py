@@ -4,7 +4,7 @@ A torchtitan DCP checkpoint (a ``step-N`` directory written by our trainer) hold
 state dict flattened at the top level (``tok_embeddings.weight``, ``layers.0....``) beside the
 trainer's own states under ``optimizer.``, ``lr_scheduler.``, ``dataloader.`` and
 ``train_state.`` (torchtitan ``components/checkpointer/base.py``). The export reads only the
-model keys, maps them with :func:`apertus.model.model.hf_key` and writes::
+model keys, maps them with :func:`apertus.model.state_dict_adapter.hf_key` and writes::
 
     config.json               ApertusConfig (model_type apertus, ApertusForCausalLM)
     generation_config.json    bos 1, eos 2, pad 3, greedy
@@ -19,14 +19,7 @@ which would silently zero the xIELU ``beta`` / ``eps`` buffers. The model keys a
 with ``torch.distributed.checkpoint.load`` into tensors of the shapes the checkpoint's metadata
 declares, after checking them against the model built on the meta device.
 
-Configuration fields of ``transformers.ApertusConfig`` 5.x and what they must say for our model
-(``modeling_apertus``): ``hidden_act="xielu"`` (the xIELU init values, beta and eps are not
-config fields: they are the ``mlp.act_fn`` tensors of the state dict); ``head_dim`` is not a
-declared field but ``ApertusAttention`` reads it with ``getattr`` (our flavors' head_dim differs
-from dim // n_heads, so it must be written); QK-norm is always on and MLP biases are always off
-in that code; ``attention_bias=False``; ``rms_norm_eps`` = ``norm_eps`` (used for all RMSNorms,
-QK-norm included); ``rope_parameters`` carries ``rope_theta`` and the Llama-3.1 scaling;
-``tie_word_embeddings=False`` (RECIPE §1: untied lm_head).
+The ``config.json`` fields and the key map are `apertus.model.state_dict_adapter`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,9 +36,16 @@ from typing import Any
 import torch
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, replace_directory, sha256_file
-from apertus.model.config_registry import num_params
-from apertus.model.model import ApertusModel, hf_key
+from apertus.core.files import atomic_write_json, sha256_file
+from apertus.core.files import building_directory as core_building_directory
+from apertus.model.flavors import num_params
+from apertus.model.model import ApertusModel
+from apertus.model.state_dict_adapter import (
+    export_dtype,
+    hf_config,
+    hf_state_dict,
+    rope_parameters,
+)
 from apertus.tokenize.tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
@@ -55,9 +54,6 @@ log = logging.getLogger(__name__)
 # components/checkpointer/base.py: OPTIMIZER, LR_SCHEDULER, DATALOADER, TRAIN_STATE); the model
 # state is flattened to the top level, so every other key must be a model key.
 TRAINER_STATES = ("optimizer", "lr_scheduler", "dataloader", "train_state")
-
-EXPORT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
 
 # What an export folder holds besides weight shards and tokenizer files: an existing folder
 # with anything else in it is not ours to replace.
@@ -183,62 +179,6 @@ def load_model_state(
 # --------------------------------------------------------------------------------------------
 
 
-def rope_parameters(model_config: ApertusModel.Config) -> dict[str, Any]:
-    """transformers' ``rope_parameters`` for our RoPE: theta, and the Llama-3.1 scaling
-    (RECIPE §1) when the config has one; ``rope_type`` "default" (plain RoPE) otherwise."""
-    scaling = model_config.rope_scaling
-    if scaling is None:
-        return {"rope_type": "default", "rope_theta": float(model_config.rope_theta)}
-    return {
-        "rope_type": "llama3",
-        "rope_theta": float(model_config.rope_theta),
-        "factor": float(scaling.factor),
-        "low_freq_factor": float(scaling.low_freq_factor),
-        "high_freq_factor": float(scaling.high_freq_factor),
-        "original_max_position_embeddings": int(scaling.original_max_position_embeddings),
-    }
-
-
-def hf_config(
-    model_config: ApertusModel.Config,
-    *,
-    dtype: str = "float32",
-    bos_token_id: int = 1,
-    eos_token_id: int = 2,
-    pad_token_id: int = 3,
-):
-    """The ``transformers.ApertusConfig`` of a model of this shape (see the module doc for
-    which field says what). ``max_position_embeddings`` is the config's ``max_seq_len``: the
-    context the stage trained at."""
-    from transformers import ApertusConfig
-
-    _check_dtype(dtype)
-    config = ApertusConfig(
-        vocab_size=model_config.vocab_size,
-        hidden_size=model_config.dim,
-        intermediate_size=model_config.ffn_hidden,
-        num_hidden_layers=model_config.n_layers,
-        num_attention_heads=model_config.n_heads,
-        num_key_value_heads=model_config.n_kv_heads,
-        head_dim=model_config.attention_head_dim,
-        hidden_act="xielu",
-        max_position_embeddings=model_config.max_seq_len,
-        initializer_range=model_config.init_std,
-        rms_norm_eps=model_config.norm_eps,
-        rope_parameters=rope_parameters(model_config),
-        attention_bias=False,
-        attention_dropout=0.0,
-        tie_word_embeddings=False,
-        bos_token_id=bos_token_id,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        use_cache=True,
-        dtype=dtype,
-    )
-    config.architectures = ["ApertusForCausalLM"]
-    return config
-
-
 def generation_config(*, bos_token_id: int = 1, eos_token_id: int = 2, pad_token_id: int = 3):
     """Greedy decoding by default (``do_sample=False``), with the tokenizer's special ids."""
     from transformers import GenerationConfig
@@ -249,21 +189,6 @@ def generation_config(*, bos_token_id: int = 1, eos_token_id: int = 2, pad_token
         pad_token_id=pad_token_id,
         do_sample=False,
     )
-
-
-def _check_dtype(dtype: str) -> torch.dtype:
-    if dtype not in EXPORT_DTYPES:
-        raise ApertusError(f"export dtype must be one of {', '.join(EXPORT_DTYPES)}, got {dtype!r}")
-    return EXPORT_DTYPES[dtype]
-
-
-def hf_state_dict(
-    state: dict[str, torch.Tensor], dtype: str = "float32"
-) -> dict[str, torch.Tensor]:
-    """Our state dict under transformers' keys, cast to `dtype`, contiguous (safetensors needs
-    it); every tensor is its own copy, so no two keys share storage."""
-    target = _check_dtype(dtype)
-    return {hf_key(key): value.to(target).contiguous().clone() for key, value in state.items()}
 
 
 def write_weights(
@@ -345,7 +270,7 @@ def write_export(
     atomic by itself: :func:`export_checkpoint` builds it beside its destination). Returns a
     summary: dtype, parameter count, files and their sha256."""
     folder = Path(folder)
-    _check_dtype(dtype)
+    export_dtype(dtype)
     parameters = num_params(model_config)
     facts = copy_tokenizer(tokenizer_dir, folder, model_config.vocab_size)
     special = {
@@ -402,16 +327,9 @@ def building_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
                 f"export output {output_dir} holds files that are not export files "
                 f"({', '.join(foreign[:5])}); refusing to replace it"
             )
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output_dir.with_name(f".{output_dir.name}.{uuid.uuid4().hex}.tmp")
-    tmp.mkdir()
-    try:
-        yield tmp
-        _readable_by_all(tmp)
-        replace_directory(tmp, output_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    with core_building_directory(output_dir) as built:
+        yield built
+        _readable_by_all(built)
 
 
 def _readable_by_all(folder: Path) -> None:
@@ -438,7 +356,7 @@ def export_checkpoint(
     checkpoint was trained as (flavor and the stage's overrides: its ``rope_theta`` and
     ``max_seq_len`` go into config.json); `dtype` is "float32" or "bfloat16". Returns the
     summary of :func:`write_export` plus the checkpoint path."""
-    _check_dtype(dtype)
+    export_dtype(dtype)
     state = load_model_state(checkpoint, model_config)
     with building_directory(output_dir) as tmp:
         summary = write_export(

@@ -24,77 +24,53 @@ Config (the ``export:`` subtree, as JSON)::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main, stage_parser
-from apertus.export.hf import DEFAULT_MAX_SHARD_SIZE, EXPORT_DTYPES
-from apertus.export.verify import DEFAULT_TOLERANCE
+from apertus.core.typed import Config
 from apertus.model.model import ApertusModel
+from apertus.model.state_dict_adapter import EXPORT_DTYPES
 
 RUN_RECORD = "run.json"
 
 
 @dataclass(frozen=True)
-class VerifyConfig:
+class VerifyConfig(Config, key="export.verify"):
     """``export.verify``: the logits comparison of :func:`apertus.export.verify.verify_export`."""
 
-    tolerance: float = DEFAULT_TOLERANCE
-    rows: int = 4
-    seq_len: int | None = None
+    tolerance: float
+    rows: int
+    seq_len: int | None
+
+    def __post_init__(self) -> None:
+        if not self.tolerance > 0:
+            raise ApertusError(
+                f"export.verify.tolerance must be a positive number, got {self.tolerance!r}"
+            )
+        if self.rows < 1:
+            raise ApertusError(f"export.verify.rows must be a positive integer, got {self.rows!r}")
+        if self.seq_len is not None and self.seq_len < 1:
+            raise ApertusError(
+                f"export.verify.seq_len must be a positive integer or null, got {self.seq_len!r}"
+            )
 
 
 @dataclass(frozen=True)
-class ExportConfig:
+class ExportConfig(Config, key="export"):
     """The ``export:`` config subtree, checked key by key."""
 
-    dtype: str = "float32"
-    max_shard_size: str = DEFAULT_MAX_SHARD_SIZE
-    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    dtype: str
+    max_shard_size: str
+    verify: VerifyConfig
 
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> ExportConfig:
-        _no_unknown_keys(raw, cls, "export")
-        verify_raw = raw.get("verify", {})
-        if not isinstance(verify_raw, dict):
-            raise ApertusError(f"export.verify must be an object, got {verify_raw!r}")
-        _no_unknown_keys(verify_raw, VerifyConfig, "export.verify")
-        verify = VerifyConfig(**verify_raw)
-        config = cls(**{**raw, "verify": verify})
-        if config.dtype not in EXPORT_DTYPES:
+    def __post_init__(self) -> None:
+        if self.dtype not in EXPORT_DTYPES:
             raise ApertusError(
-                f"export.dtype must be one of {', '.join(EXPORT_DTYPES)}, got {config.dtype!r}"
+                f"export.dtype must be one of {', '.join(EXPORT_DTYPES)}, got {self.dtype!r}"
             )
-        if not isinstance(config.max_shard_size, str | int) or isinstance(
-            config.max_shard_size, bool
-        ):
-            raise ApertusError(
-                f"export.max_shard_size must be a size such as '5GB', got {config.max_shard_size!r}"
-            )
-        t = verify.tolerance
-        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
-            raise ApertusError(f"export.verify.tolerance must be a positive number, got {t!r}")
-        if isinstance(verify.rows, bool) or not isinstance(verify.rows, int) or verify.rows < 1:
-            raise ApertusError(
-                f"export.verify.rows must be a positive integer, got {verify.rows!r}"
-            )
-        s = verify.seq_len
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 1):
-            raise ApertusError(
-                f"export.verify.seq_len must be a positive integer or null, got {s!r}"
-            )
-        return config
-
-
-def _no_unknown_keys(raw: dict[str, Any], cls: type, where: str) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ApertusError(
-            f"unknown key(s) {', '.join(unknown)} in {where}; known: {', '.join(sorted(known))}"
-        )
 
 
 @dataclass(frozen=True)
@@ -113,7 +89,7 @@ class RunRecord:
         """The model the run trained: its flavor with its overrides, on SDPA attention (the
         backend changes no weight; SDPA runs on CPU). A bad flavor or override is an
         ApertusError naming the run.json."""
-        from apertus.model.config_registry import flavor
+        from apertus.model.flavors import flavor
 
         try:
             return flavor(self.flavor, **{**self.model_overrides, "attn_backend": "sdpa"})

@@ -37,8 +37,9 @@ import torch
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json
-from apertus.export.hf import EXPORT_DTYPES, load_model_state
+from apertus.export.hf import load_model_state
 from apertus.model.model import ApertusModel
+from apertus.model.state_dict_adapter import EXPORT_DTYPES
 
 log = logging.getLogger(__name__)
 

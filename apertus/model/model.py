@@ -23,7 +23,6 @@ eager reference implementation, which is slow and meant only for checking).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
@@ -781,55 +780,3 @@ class ApertusModel(BaseModel):
         if self._skip_lm_head:
             return h
         return self.lm_head(h)
-
-
-# --------------------------------------------------------------------------------------------
-# Hugging Face names
-# --------------------------------------------------------------------------------------------
-
-# (our state-dict key, transformers ApertusForCausalLM key); {i} is the layer index.
-HF_KEY_RULES: tuple[tuple[str, str], ...] = (
-    ("tok_embeddings.weight", "model.embed_tokens.weight"),
-    ("layers.{i}.attention_norm.weight", "model.layers.{i}.attention_layernorm.weight"),
-    ("layers.{i}.attention.wq.weight", "model.layers.{i}.self_attn.q_proj.weight"),
-    ("layers.{i}.attention.wk.weight", "model.layers.{i}.self_attn.k_proj.weight"),
-    ("layers.{i}.attention.wv.weight", "model.layers.{i}.self_attn.v_proj.weight"),
-    ("layers.{i}.attention.wo.weight", "model.layers.{i}.self_attn.o_proj.weight"),
-    ("layers.{i}.attention.q_norm.weight", "model.layers.{i}.self_attn.q_norm.weight"),
-    ("layers.{i}.attention.k_norm.weight", "model.layers.{i}.self_attn.k_norm.weight"),
-    ("layers.{i}.ffn_norm.weight", "model.layers.{i}.feedforward_layernorm.weight"),
-    ("layers.{i}.feed_forward.w_up.weight", "model.layers.{i}.mlp.up_proj.weight"),
-    ("layers.{i}.feed_forward.w_down.weight", "model.layers.{i}.mlp.down_proj.weight"),
-    ("layers.{i}.feed_forward.act.alpha_p", "model.layers.{i}.mlp.act_fn.alpha_p"),
-    ("layers.{i}.feed_forward.act.alpha_n", "model.layers.{i}.mlp.act_fn.alpha_n"),
-    ("layers.{i}.feed_forward.act.beta", "model.layers.{i}.mlp.act_fn.beta"),
-    ("layers.{i}.feed_forward.act.eps", "model.layers.{i}.mlp.act_fn.eps"),
-    ("norm.weight", "model.norm.weight"),
-    ("lm_head.weight", "lm_head.weight"),
-)
-
-
-def _rule_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + re.escape(pattern).replace(r"\{i\}", r"(?P<i>\d+)") + "$")
-
-
-_TO_HF = [(_rule_regex(ours), hf) for ours, hf in HF_KEY_RULES]
-_FROM_HF = [(_rule_regex(hf), ours) for ours, hf in HF_KEY_RULES]
-
-
-def _translate(key: str, rules: list[tuple[re.Pattern[str], str]], what: str) -> str:
-    for regex, target in rules:
-        match = regex.match(key)
-        if match:
-            return target.format(**match.groupdict())
-    raise ApertusError(f"no {what} name for state-dict key {key!r}")
-
-
-def hf_key(key: str) -> str:
-    """Our state-dict key -> the transformers ``ApertusForCausalLM`` key."""
-    return _translate(key, _TO_HF, "Hugging Face")
-
-
-def apertus_key(key: str) -> str:
-    """A transformers ``ApertusForCausalLM`` key -> our state-dict key."""
-    return _translate(key, _FROM_HF, "Apertus")

@@ -45,13 +45,14 @@ import random
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_open, canonical_json, read_jsonl
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config, is_integer
 
 __all__ = [
     "LANGUAGES",
@@ -336,48 +337,30 @@ def _exchange(task: str, lang: str, rng: random.Random) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class InstructionConfig:
+class InstructionConfig(Config, key="posttrain.instructions"):
     """The `posttrain.instructions` config subtree (see the module doc)."""
 
-    seed: int = 0
-    languages: tuple[str, ...] = LANGUAGES
-    tasks: tuple[str, ...] = TASKS
-    train: int | None = 400
-    qrpo: int = 120
-    heldout: int = 60
-    system_fraction: float = 0.3
-    multi_turn_fraction: float = 0.25
-    source: dict[str, Any] | None = None
+    seed: int
+    languages: tuple[str, ...]
+    tasks: tuple[str, ...]
+    train: int | None
+    qrpo: int
+    heldout: int
+    system_fraction: float
+    multi_turn_fraction: float
+    source: dict[str, Any] | None
 
-    @classmethod
-    def from_dict(
-        cls, data: dict[str, Any], where: str = "posttrain.instructions"
-    ) -> InstructionConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ApertusError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-        values = dict(data)
-        for name in ("languages", "tasks"):
-            if name in values:
-                if not isinstance(values[name], list | tuple):
-                    raise ApertusError(f"{where}.{name} must be a list")
-                values[name] = tuple(values[name])
-        config = cls(**values)
-        config.validate(where)
-        return config
-
-    def validate(self, where: str = "posttrain.instructions") -> None:
+    def __post_init__(self) -> None:
         def bad(message: str) -> ApertusError:
-            return ApertusError(f"{where}.{message}")
+            return ApertusError(f"{self.config_key}.{message}")
 
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_integer(self.seed) or self.seed < 0:
             raise bad(f"seed must be an integer >= 0, got {self.seed!r}")
         for name in ("qrpo", "heldout"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_integer(value) or value < 0:
                 raise bad(f"{name} must be an integer >= 0, got {value!r}")
-        if self.train is not None and (not _is_int(self.train) or self.train < 1):
+        if self.train is not None and (not is_integer(self.train) or self.train < 1):
             raise bad(
                 f"train must be a positive integer (or null with a source), got {self.train!r}"
             )
@@ -409,10 +392,6 @@ class InstructionConfig:
                 raise bad(f"source: unknown key(s) {extra}; known: {sorted(allowed)}")
             if not all(isinstance(v, str) and v for v in source.values()):
                 raise bad("source values must be non-empty strings")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -459,7 +438,6 @@ def make_instruction_set(config: InstructionConfig) -> InstructionSet:
     are made for ``heldout``, then ``qrpo``, then ``train``; an item whose prompt was made
     before is drawn again, so the splits share no prompt.
     """
-    config.validate()
     if config.source is not None:
         raise ApertusError("make_instruction_set makes the built-in set; this config has a source")
     assert config.train is not None
@@ -630,7 +608,6 @@ def split_conversations(
     ``train`` of the rest (all with ``train: null``) stay SFT conversations. Too few
     conversations for the prompts, or a prompt-split conversation that does not end with a
     user/assistant exchange, is an error."""
-    config.validate()
     order = list(range(len(conversations)))
     random.Random(config.seed).shuffle(order)
     needed = config.heldout + config.qrpo

@@ -27,7 +27,8 @@ so the export stage takes it unchanged), ``metrics.jsonl`` (one line per optimiz
 ``config.json``. Checkpoints live in ``--work-dir`` under a name derived from the config, the
 SFT run and the completions' hash; a re-run trains afresh.
 
-Config (the ``posttrain.qrpo`` subtree, as JSON)::
+Config (the ``posttrain.qrpo`` subtree, as JSON; the schema holds the defaults), e.g. with the
+recipe's 8B learning rate::
 
     {"lr": 5e-7,             # RECIPE §7, 8B (70B: 1e-7)
      "warmup_steps": 10,     # linear warmup from 0, then constant
@@ -54,25 +55,25 @@ import math
 import shutil
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from apertus.core import ApertusError
+from apertus.core.device import resolve_device
 from apertus.core.files import (
     atomic_write_json,
+    building_directory,
     canonical_json,
-    replace_directory,
     sha256_file,
     sha256_text,
 )
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config
 from apertus.posttrain.qrpo import (
-    BETA_KL,
-    MAX_BETA,
     length_normalised_beta,
     qrpo_loss,
     quantile_rewards,
@@ -100,88 +101,70 @@ REFERENCE_MISMATCH_PER_TOKEN = 0.05
 
 
 @dataclass(frozen=True)
-class AdemamixOptions:
+class AdemamixOptions(Config, key="posttrain.qrpo.ademamix"):
     """``posttrain.qrpo.ademamix``: AdEMAMix (RECIPE.md §3) as SFT uses it (RECIPE.md §7:
     alpha 8, beta3 0.999, warmups over the whole run)."""
 
-    betas: tuple[float, float, float] = (0.9, 0.999, 0.999)
-    alpha: float = 8.0
-    eps: float = 1e-8
-    warmup_steps: int | None = None
+    betas: tuple[float, ...]
+    alpha: float
+    eps: float
+    warmup_steps: int | None
+
+    def __post_init__(self) -> None:
+        where = self.config_key
+        if len(self.betas) != 3:
+            raise ApertusError(f"{where}.betas must be [beta1, beta2, beta3], got {self.betas!r}")
+        for beta in self.betas:
+            _check_number(beta, f"{where}.betas", low=0.0, high=1.0, high_open=True)
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        _check_number(self.alpha, f"{where}.alpha", low=0.0)
+        _check_number(self.eps, f"{where}.eps", low=0.0)
+        if self.warmup_steps is not None:
+            _check_int(self.warmup_steps, f"{where}.warmup_steps", low=1)
 
 
 @dataclass(frozen=True)
-class QRPOConfig:
+class QRPOConfig(Config, key="posttrain.qrpo"):
     """The ``posttrain.qrpo`` config subtree, checked key by key (see the module doc)."""
 
-    lr: float = 5e-7
-    warmup_steps: int = 10
-    epochs: int = 1
-    batch_size: int = 64
-    micro_batch: int | None = None
-    beta_kl: float = BETA_KL
-    max_beta: float = MAX_BETA
-    grad_clip: float = 1.0
-    weight_decay: float = 0.0
-    seed: int = 0
-    device: str = "auto"
-    dtype: str = "float32"
-    ademamix: AdemamixOptions = field(default_factory=AdemamixOptions)
+    lr: float
+    warmup_steps: int
+    epochs: int
+    batch_size: int
+    micro_batch: int | None
+    beta_kl: float
+    max_beta: float
+    grad_clip: float
+    weight_decay: float
+    seed: int
+    device: str
+    dtype: str
+    ademamix: AdemamixOptions
 
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: str = "posttrain.qrpo") -> QRPOConfig:
-        _no_unknown_keys(raw, cls, where)
-        opt_raw = raw.get("ademamix", {})
-        if not isinstance(opt_raw, dict):
-            raise ApertusError(f"{where}.ademamix must be an object, got {opt_raw!r}")
-        _no_unknown_keys(opt_raw, AdemamixOptions, f"{where}.ademamix")
-        betas = opt_raw.get("betas", AdemamixOptions.betas)
-        if not isinstance(betas, list | tuple) or len(betas) != 3:
+    def __post_init__(self) -> None:
+        where = self.config_key
+        _check_number(self.lr, f"{where}.lr", low=0.0)
+        _check_int(self.warmup_steps, f"{where}.warmup_steps", low=0)
+        _check_int(self.epochs, f"{where}.epochs", low=1)
+        _check_int(self.batch_size, f"{where}.batch_size", low=1)
+        if self.micro_batch is not None:
+            _check_int(self.micro_batch, f"{where}.micro_batch", low=1)
+        _check_number(self.beta_kl, f"{where}.beta_kl", low=0.0, low_open=True)
+        _check_number(self.max_beta, f"{where}.max_beta", low=0.0, low_open=True)
+        _check_number(self.grad_clip, f"{where}.grad_clip", low=0.0, low_open=True)
+        _check_number(self.weight_decay, f"{where}.weight_decay", low=0.0)
+        _check_int(self.seed, f"{where}.seed", low=0)
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ApertusError(
-                f"{where}.ademamix.betas must be [beta1, beta2, beta3], got {betas!r}"
+                f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
             )
-        for beta in betas:
-            _check_number(beta, f"{where}.ademamix.betas", low=0.0, high=1.0, high_open=True)
-        opt = AdemamixOptions(**{**opt_raw, "betas": tuple(float(b) for b in betas)})
-        _check_number(opt.alpha, f"{where}.ademamix.alpha", low=0.0)
-        _check_number(opt.eps, f"{where}.ademamix.eps", low=0.0)
-        if opt.warmup_steps is not None:
-            _check_int(opt.warmup_steps, f"{where}.ademamix.warmup_steps", low=1)
-        config = cls(**{**raw, "ademamix": opt})
-        _check_number(config.lr, f"{where}.lr", low=0.0)
-        _check_int(config.warmup_steps, f"{where}.warmup_steps", low=0)
-        _check_int(config.epochs, f"{where}.epochs", low=1)
-        _check_int(config.batch_size, f"{where}.batch_size", low=1)
-        if config.micro_batch is not None:
-            _check_int(config.micro_batch, f"{where}.micro_batch", low=1)
-        _check_number(config.beta_kl, f"{where}.beta_kl", low=0.0, low_open=True)
-        _check_number(config.max_beta, f"{where}.max_beta", low=0.0, low_open=True)
-        _check_number(config.grad_clip, f"{where}.grad_clip", low=0.0, low_open=True)
-        _check_number(config.weight_decay, f"{where}.weight_decay", low=0.0)
-        _check_int(config.seed, f"{where}.seed", low=0)
-        if not isinstance(config.device, str) or not (
-            config.device in ("auto", "cpu", "cuda") or config.device.startswith("cuda:")
-        ):
+        if self.dtype not in AUTOCAST_DTYPES:
             raise ApertusError(
-                f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {config.device!r}"
+                f"{where}.dtype must be one of {', '.join(AUTOCAST_DTYPES)}, got {self.dtype!r}"
             )
-        if config.dtype not in AUTOCAST_DTYPES:
-            raise ApertusError(
-                f"{where}.dtype must be one of {', '.join(AUTOCAST_DTYPES)}, got {config.dtype!r}"
-            )
-        return config
 
 
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
-
-
-def _no_unknown_keys(raw: dict[str, Any], cls: type, where: str) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ApertusError(
-            f"unknown key(s) {', '.join(unknown)} in {where}; known: {', '.join(sorted(known))}"
-        )
 
 
 def _check_number(
@@ -524,25 +507,12 @@ def save_checkpoint(model: torch.nn.Module, step_dir: Path) -> Path:
     from torch.distributed.checkpoint import save as dcp_save
 
     state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    step_dir.parent.mkdir(parents=True, exist_ok=True)
-    building = step_dir.with_name(f".{step_dir.name}.building")
-    shutil.rmtree(building, ignore_errors=True)
-    with warnings.catch_warnings():
+    with building_directory(step_dir) as building, warnings.catch_warnings():
         # "torch.distributed is disabled ... assuming the intent is to save in a single
         # process": exactly the intent here.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp_save(state, checkpoint_id=str(building))
-    replace_directory(building, step_dir)
     return step_dir
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ApertusError(f"posttrain.qrpo.device is {name!r} but CUDA is not available")
-    return device
 
 
 def main(argv=None):
@@ -558,7 +528,7 @@ def main(argv=None):
     cfg = QRPOConfig.from_dict(args.config)
     sft = read_run_record(args.sft_run)
     model_config = sft.model_config()
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, setting="posttrain.qrpo.device")
     completions = read_completions(
         args.completions, vocab_size=model_config.vocab_size, max_seq_len=model_config.max_seq_len
     )

@@ -19,10 +19,10 @@ do not matter, only how it orders completions of one prompt. Three kinds:
     probability-weighted score, Liu et al. 2023), a smooth score instead of a sampled integer.
 
 Every reward has ``score(exchanges) -> list[float]``; :func:`build_reward` makes one from the
-config. :func:`mean_reward` answers held-out prompts greedily with a model and averages a reward,
-to compare the SFT model with the aligned one.
+config. ``apertus.posttrain.sampling.mean_reward`` answers held-out prompts with a model and
+averages a reward, to compare the SFT model with the aligned one.
 
-The helpers that load Hugging Face folders (:func:`load_hf_tokenizer`, :func:`hf_device`, ...)
+The helpers that load Hugging Face folders (:func:`check_hf_folder`, :func:`load_hf_tokenizer`)
 live here because both the rewards and the sampler (``apertus.posttrain.sampling``) use them.
 """
 
@@ -31,19 +31,19 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from apertus.core import ApertusError
+from apertus.core.device import resolve_device
 from apertus.core.progress import Progress
+from apertus.core.typed import Config
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-    from apertus.posttrain.sampling import QrpoPrompt
 
 REWARD_KINDS = ("chrf", "reward_model", "judge")
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -74,14 +74,6 @@ JUDGE_TEMPLATE = (
 # --- configuration ---------------------------------------------------------------------------
 
 
-def check_keys(where: str, raw: Mapping[str, Any], allowed: Sequence[str]) -> None:
-    unknown = sorted(set(raw) - set(allowed))
-    if unknown:
-        raise ApertusError(
-            f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})"
-        )
-
-
 def check_choice(where: str, value: Any, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ApertusError(f"{where} must be one of {', '.join(choices)}, not {value!r}")
@@ -95,8 +87,8 @@ def check_positive_int(where: str, value: Any) -> int:
 
 
 @dataclass(frozen=True)
-class RewardConfig:
-    """``reward:`` of the QRPO config.
+class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
+    """``reward:`` of the QRPO data config.
 
     kind         chrf | reward_model | judge (default chrf)
     model        the reward model's or judge's Hugging Face folder (reward_model, judge)
@@ -107,38 +99,34 @@ class RewardConfig:
     device       auto | cpu | cuda (auto: cuda when available)
     """
 
-    kind: str = "chrf"
-    model: str | None = None
-    rubric: str | None = None
-    rubric_file: str | None = None
-    char_order: int = 6
-    word_order: int = 0
-    beta: int = 2
-    dtype: str = "float32"
-    device: str = "auto"
+    kind: str
+    model: str | None
+    rubric: str | None
+    rubric_file: str | None
+    char_order: int
+    word_order: int
+    beta: int
+    dtype: str
+    device: str
 
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None, where: str = "reward") -> RewardConfig:
-        raw = dict(raw or {})
-        check_keys(where, raw, [f.name for f in fields(cls)])
-        cfg = cls(**raw)
-        check_choice(f"{where}.kind", cfg.kind, REWARD_KINDS)
-        check_choice(f"{where}.dtype", cfg.dtype, tuple(DTYPES))
-        check_choice(f"{where}.device", cfg.device, DEVICES)
+    def __post_init__(self) -> None:
+        where = self.config_key
+        check_choice(f"{where}.kind", self.kind, REWARD_KINDS)
+        check_choice(f"{where}.dtype", self.dtype, tuple(DTYPES))
+        check_choice(f"{where}.device", self.device, DEVICES)
         for name in ("char_order", "beta"):
-            check_positive_int(f"{where}.{name}", getattr(cfg, name))
-        if not isinstance(cfg.word_order, int) or cfg.word_order < 0:
+            check_positive_int(f"{where}.{name}", getattr(self, name))
+        if self.word_order < 0:
             raise ApertusError(f"{where}.word_order must be an integer >= 0")
-        if cfg.kind == "chrf":
-            if cfg.model is not None:
+        if self.kind == "chrf":
+            if self.model is not None:
                 raise ApertusError(f"{where}.model is not used by the chrf reward; remove it")
-        elif not cfg.model:
-            raise ApertusError(f"{where}.model: the {cfg.kind} reward needs a model folder")
-        if cfg.rubric is not None and cfg.rubric_file is not None:
+        elif not self.model:
+            raise ApertusError(f"{where}.model: the {self.kind} reward needs a model folder")
+        if self.rubric is not None and self.rubric_file is not None:
             raise ApertusError(f"{where}: give rubric or rubric_file, not both")
-        if cfg.kind != "judge" and (cfg.rubric is not None or cfg.rubric_file is not None):
+        if self.kind != "judge" and (self.rubric is not None or self.rubric_file is not None):
             raise ApertusError(f"{where}: a rubric is only used by the judge reward")
-        return cfg
 
 
 # --- what is scored --------------------------------------------------------------------------
@@ -178,14 +166,6 @@ def check_hf_folder(path: str | os.PathLike, what: str) -> Path:
     if not (folder / "config.json").is_file():
         raise ApertusError(f"{what} folder {folder} has no config.json (not a Hugging Face model)")
     return folder
-
-
-def hf_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ApertusError("device cuda asked for, but no GPU is available")
-    return torch.device(name)
 
 
 def load_hf_tokenizer(folder: Path, what: str, *, chat: bool = True) -> PreTrainedTokenizerBase:
@@ -269,7 +249,7 @@ class RewardModelReward:
 
         folder = check_hf_folder(model_dir, "reward model")
         self.tokenizer = load_hf_tokenizer(folder, "reward model")
-        self.device = hf_device(device)
+        self.device = resolve_device(device, setting="reward model device")
         self.model = AutoModelForSequenceClassification.from_pretrained(
             str(folder), dtype=DTYPES[dtype]
         ).to(self.device)
@@ -365,7 +345,7 @@ class JudgeReward:
 
         folder = check_hf_folder(model_dir, "judge")
         self.tokenizer = load_hf_tokenizer(folder, "judge")
-        self.device = hf_device(device)
+        self.device = resolve_device(device, setting="judge device")
         self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype]).to(
             self.device
         )
@@ -450,51 +430,3 @@ def summarize_rewards(languages: Sequence[str], rewards: Sequence[float]) -> Rew
             for lang, rs in sorted(by_language.items())
         },
     )
-
-
-def mean_reward(
-    model_dir: str | os.PathLike,
-    prompts: Sequence[QrpoPrompt],
-    reward: Reward | RewardConfig | Mapping[str, Any] | None,
-    *,
-    max_new_tokens: int,
-    batch_size: int = 8,
-    dtype: str = "float32",
-    device: str = "auto",
-    n: int = 1,
-    temperature: float = 0.0,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Answers of the model in `model_dir` to `prompts`, scored with `reward`: the mean reward
-    overall and per language, and each prompt's reward and first answer (to pair models).
-    Greedy by default; with ``temperature > 0``, `n` seeded samples per prompt, a prompt's
-    reward being the mean over its samples (the policy's expected reward, what QRPO
-    optimises)."""
-    from apertus.posttrain.sampling import generate_answers
-
-    if not hasattr(reward, "score"):
-        reward = build_reward(reward)
-    answers = generate_answers(
-        model_dir,
-        prompts,
-        n=n,
-        temperature=temperature,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-        batch_size=batch_size,
-        dtype=dtype,
-        device=device,
-    )
-    exchanges = [
-        Exchange(p.id, p.messages, answers[i * n + j].text, p.reference)
-        for i, p in enumerate(prompts)
-        for j in range(n)
-    ]
-    scores = reward.score(exchanges)
-    rewards = [sum(scores[i * n : (i + 1) * n]) / n for i in range(len(prompts))]
-    summary = summarize_rewards([p.language for p in prompts], rewards).as_dict()
-    summary["prompts"] = {
-        p.id: {"reward": r, "answer": answers[i * n].text}
-        for i, (p, r) in enumerate(zip(prompts, rewards, strict=True))
-    }
-    return summary

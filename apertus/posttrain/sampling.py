@@ -58,7 +58,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -66,20 +66,21 @@ import torch
 from transformers import AutoConfig, LogitsProcessor
 
 from apertus.core import ApertusError
+from apertus.core.device import resolve_device
 from apertus.core.files import atomic_open, atomic_write_json, atomic_write_text
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config
 from apertus.posttrain.rewards import (
     DEVICES,
     DTYPES,
     Exchange,
+    Reward,
     RewardConfig,
     build_reward,
     check_choice,
     check_hf_folder,
-    check_keys,
     check_positive_int,
-    hf_device,
     load_hf_tokenizer,
     render_chat,
     summarize_rewards,
@@ -97,8 +98,8 @@ ENGINES = ("auto", "transformers", "vllm")
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
-    """The QRPO data config (what ``--config`` carries).
+class SamplingConfig(Config, key="posttrain.qrpo_data"):
+    """The QRPO data config, ``posttrain.qrpo_data`` (what ``--config`` carries).
 
     n_samples       reference samples per prompt (RECIPE.md §7: 10)
     temperature     sampling temperature of the reference samples (RECIPE.md §7: 1.0)
@@ -111,33 +112,28 @@ class SamplingConfig:
     reward          the reward (:class:`apertus.posttrain.rewards.RewardConfig`, default chrF)
     """
 
-    n_samples: int = 10
-    temperature: float = 1.0
-    max_new_tokens: int = 256
-    seed: int = 0
-    batch_size: int = 8
-    dtype: str = "float32"
-    device: str = "auto"
-    engine: str = "auto"
-    reward: RewardConfig = field(default_factory=RewardConfig)
+    n_samples: int
+    temperature: float
+    max_new_tokens: int
+    seed: int
+    batch_size: int
+    dtype: str
+    device: str
+    engine: str
+    reward: RewardConfig
 
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], where: str = "config") -> SamplingConfig:
-        raw = dict(raw)
-        check_keys(where, raw, [f.name for f in fields(cls)])
-        raw["reward"] = RewardConfig.from_dict(raw.get("reward"), f"{where}.reward")
-        cfg = cls(**raw)
+    def __post_init__(self) -> None:
+        where = self.config_key
         for name in ("n_samples", "max_new_tokens", "batch_size"):
-            check_positive_int(f"{where}.{name}", getattr(cfg, name))
-        if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or cfg.seed < 0:
+            check_positive_int(f"{where}.{name}", getattr(self, name))
+        if self.seed < 0:
             raise ApertusError(f"{where}.seed must be an integer >= 0")
-        t = cfg.temperature
-        if not isinstance(t, int | float) or isinstance(t, bool) or not 0 < t < math.inf:
+        t = self.temperature
+        if not 0 < t < math.inf:
             raise ApertusError(f"{where}.temperature must be a positive number, not {t!r}")
-        check_choice(f"{where}.dtype", cfg.dtype, tuple(DTYPES))
-        check_choice(f"{where}.device", cfg.device, DEVICES)
-        check_choice(f"{where}.engine", cfg.engine, ENGINES)
-        return cfg
+        check_choice(f"{where}.dtype", self.dtype, tuple(DTYPES))
+        check_choice(f"{where}.device", self.device, DEVICES)
+        check_choice(f"{where}.engine", self.engine, ENGINES)
 
 
 # --- prompts ---------------------------------------------------------------------------------
@@ -252,7 +248,7 @@ def load_causal_lm(folder: Path, *, dtype: str, device: str) -> Any:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype])
-    return model.to(hf_device(device)).eval()
+    return model.to(resolve_device(device)).eval()
 
 
 def sample_seed(seed: int, prompt_id: str, sample_index: int) -> int:
@@ -479,6 +475,52 @@ def generate_answers(
             )
         )
     return samples
+
+
+def mean_reward(
+    model_dir: str | os.PathLike,
+    prompts: Sequence[QrpoPrompt],
+    reward: Reward | RewardConfig | Mapping[str, Any] | None,
+    *,
+    max_new_tokens: int,
+    batch_size: int = 8,
+    dtype: str = "float32",
+    device: str = "auto",
+    n: int = 1,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Answers of the model in `model_dir` to `prompts`, scored with `reward`: the mean reward
+    overall and per language, and each prompt's reward and first answer (to pair models).
+    Greedy by default; with ``temperature > 0``, `n` seeded samples per prompt, a prompt's
+    reward being the mean over its samples (the policy's expected reward, what QRPO
+    optimises)."""
+    if not hasattr(reward, "score"):
+        reward = build_reward(reward)
+    answers = generate_answers(
+        model_dir,
+        prompts,
+        n=n,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device,
+    )
+    exchanges = [
+        Exchange(p.id, p.messages, answers[i * n + j].text, p.reference)
+        for i, p in enumerate(prompts)
+        for j in range(n)
+    ]
+    scores = reward.score(exchanges)
+    rewards = [sum(scores[i * n : (i + 1) * n]) / n for i in range(len(prompts))]
+    summary = summarize_rewards([p.language for p in prompts], rewards).as_dict()
+    summary["prompts"] = {
+        p.id: {"reward": r, "answer": answers[i * n].text}
+        for i, (p, r) in enumerate(zip(prompts, rewards, strict=True))
+    }
+    return summary
 
 
 def sample_references(
@@ -890,8 +932,6 @@ def _report(argv: list[str]) -> None:
     if len(set(names)) != len(names):
         raise ApertusError(f"--model names must differ: {', '.join(names)}")
     outputs = [args.output] + ([args.markdown] if args.markdown else [])
-    from apertus.posttrain.rewards import mean_reward
-
     with StepRun(
         STAGE,
         "qrpo_report",

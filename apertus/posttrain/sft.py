@@ -21,15 +21,15 @@ from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.posttrain.sft_data import read_sft_record
+from apertus.train.run_spec import AdEMAMixSpec, CheckpointSpec, GoldfishSpec, LRSpec, RunSpec
 
 NAME = "sft"
 
 
-def sft_run_spec(cfg: dict[str, Any], sft_dir: Path, previous: dict[str, Any]) -> dict:
+def sft_run_spec(cfg: dict[str, Any], sft_dir: Path, previous: dict[str, Any]) -> RunSpec:
     """The torchtitan run spec of SFT (`posttrain.sft` config, the data's record, the previous
     stage's run.json)."""
-    from apertus.posttrain.sft_data import read_sft_record
-
     record = read_sft_record(sft_dir)
     steps = record["examples"] * cfg["epochs"] // cfg["global_batch"]
     if steps < 1:
@@ -39,38 +39,32 @@ def sft_run_spec(cfg: dict[str, Any], sft_dir: Path, previous: dict[str, Any]) -
         )
     overrides = dict(previous["model_overrides"])
     overrides["max_seq_len"] = max(overrides.get("max_seq_len", 0), record["max_len"])
-    return {
-        "flavor": previous["flavor"],
-        "model_overrides": overrides,
-        "sft_data": str(sft_dir),
-        "sft_epochs": cfg["epochs"],
-        "seq_len": record["max_len"],
-        "micro_batch": math.gcd(cfg["micro_batch"], cfg["global_batch"]),
-        "global_batch": cfg["global_batch"],
-        "steps": steps,
-        "lr": {
-            "kind": "linear",
-            "peak": cfg["lr"],
-            "warmup_steps": math.ceil(cfg["warmup_ratio"] * steps),
-        },
+    return RunSpec(
+        flavor=previous["flavor"],
+        model_overrides=overrides,
+        sft_data=str(sft_dir),
+        sft_epochs=cfg["epochs"],
+        seq_len=record["max_len"],
+        micro_batch=math.gcd(cfg["micro_batch"], cfg["global_batch"]),
+        global_batch=cfg["global_batch"],
+        steps=steps,
+        lr=LRSpec(
+            kind="linear", peak=cfg["lr"], warmup_steps=math.ceil(cfg["warmup_ratio"] * steps)
+        ),
         # RECIPE §7: alpha 8, beta3 0.999 in code, T = total steps, no weight decay.
-        "ademamix": {
-            "betas": [0.9, 0.999, 0.999],
-            "alpha": 8.0,
-            "t_alpha": steps,
-            "t_beta3": steps,
-            "weight_decay": 0.0,
-        },
-        "grad_clip": cfg["grad_clip"],
-        "goldfish": {"enabled": False},
-        "seed": cfg["seed"],
-        "tensorboard": True,
-        "checkpoint": {
-            "interval": cfg["checkpoint_interval"],
-            "initial": previous["final_checkpoint"],
-            "initial_mode": "weights",
-        },
-    }
+        ademamix=AdEMAMixSpec(
+            betas=(0.9, 0.999, 0.999), alpha=8.0, t_alpha=steps, t_beta3=steps, weight_decay=0.0
+        ),
+        grad_clip=cfg["grad_clip"],
+        goldfish=GoldfishSpec(enabled=False),
+        seed=cfg["seed"],
+        tensorboard=True,
+        checkpoint=CheckpointSpec(
+            interval=cfg["checkpoint_interval"],
+            initial=previous["final_checkpoint"],
+            initial_mode="weights",
+        ),
+    )
 
 
 def main(argv=None):

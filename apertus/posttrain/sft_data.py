@@ -44,7 +44,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import atomic_open, atomic_write_json, sha256_file
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config, is_integer
 
 __all__ = [
     "ARRAYS",
@@ -74,28 +75,17 @@ _DROPPED_IDS_LISTED = 100  # sft.json names at most this many dropped conversati
 
 
 @dataclass(frozen=True)
-class SFTConfig:
-    """The `posttrain.sft` data config subtree."""
+class SFTConfig(Config, key="posttrain.sft_data"):
+    """The `posttrain.sft_data` config subtree."""
 
-    max_len: int = 4096
+    max_len: int
     """Model input length: rows hold at most max_len + 1 tokens (RECIPE.md §7: 4096)."""
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "posttrain.sft") -> SFTConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ApertusError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-        config = cls(**data)
-        if not _is_int(config.max_len) or config.max_len < 1:
+    def __post_init__(self) -> None:
+        if self.max_len < 1:
             raise ApertusError(
-                f"{where}.max_len must be a positive integer, got {config.max_len!r}"
+                f"{self.config_key}.max_len must be a positive integer, got {self.max_len!r}"
             )
-        return config
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -161,7 +151,7 @@ def build_sft_data(
 ) -> dict[str, Any]:
     """Tokenize `conversations` (checked ``{"id", "language", "messages"}`` dicts) into
     `out_dir` (see the module doc); returns the sft.json record."""
-    if not _is_int(max_len) or max_len < 1:
+    if not is_integer(max_len) or max_len < 1:
         raise ApertusError(f"max_len must be a positive integer, got {max_len!r}")
     vocab_size = len(tokenizer)
     special = {
@@ -248,7 +238,7 @@ def read_sft_record(sft_dir: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise ApertusError(f"{path}: not an {FORMAT} record")
     for key in ("max_len", "row_tokens", "vocab_size", "pad_id", "eos_id", "bos_id", "examples"):
-        if not _is_int(record.get(key)) or record[key] < 0:
+        if not is_integer(record.get(key)) or record[key] < 0:
             raise ApertusError(f"{path}: no integer {key}")
     if record["row_tokens"] != record["max_len"] + 1 or record["examples"] < 1:
         raise ApertusError(f"{path}: row_tokens must be max_len + 1 and examples >= 1")

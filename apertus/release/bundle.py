@@ -11,8 +11,8 @@ Layout (paths relative to the folder)::
     README.md               the model card (apertus.release.card)
     RELEASE-MANIFEST.json   see `release_manifest`
 
-The folder is built in a sibling temporary directory and moved into place with
-`replace_directory`, so a reader (or an upload) sees the previous release or the whole new one.
+The folder is built in a sibling temporary directory and moved into place
+(`building_directory`), so a reader (or an upload) sees the previous release or the whole new one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +29,8 @@ from apertus.core import ApertusError
 from apertus.core.files import (
     atomic_write_json,
     atomic_write_text,
+    building_directory,
     canonical_json,
-    replace_directory,
     sha256_file,
 )
 from apertus.core.manifest import (
@@ -173,10 +172,7 @@ def build_release(
     """Write the release folder at `output` (atomically) and return a summary for the step
     manifest: the files, their bytes, the models and their checkpoints."""
     output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    built = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
-    built.mkdir()
-    try:
+    with building_directory(output) as built:
         models = [ReleasedModel("base", inputs.base_checkpoint, built / "base")]
         copy_export(inputs.base, built / "base")
         if inputs.aligned is not None:
@@ -214,10 +210,6 @@ def build_release(
         atomic_write_text(built / "README.md", render_card(config, facts))
         manifest = release_manifest(built, stages, run_config)
         atomic_write_json(built / RELEASE_MANIFEST, manifest)
-        replace_directory(built, output)
-    except BaseException:
-        shutil.rmtree(built, ignore_errors=True)
-        raise
     return {
         "files": len(manifest["artifacts"]) + 1,
         "bytes": sum(a["size"] for a in manifest["artifacts"].values()),

@@ -2,38 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+
+from apertus.core.typed import Config
 
 
 @dataclass(frozen=True)
-class CardConfig:
-    model_name: str | None = None
-    languages: list[str] | None = None
-    datasets: list[str] | None = None
-    base_model: str | None = None
-    tags: list[str] = field(default_factory=lambda: ["apertus", "multilingual", "compliant"])
+class CardConfig(Config, key="release.card"):
+    model_name: str | None
+    languages: list[str] | None
+    datasets: list[str] | None
+    base_model: str | None
+    tags: list[str]
 
 
 @dataclass(frozen=True)
-class HubConfig:
-    repo_id: str | None = None
-    private: bool = True
-    tag: str | None = None
-    dry_run: bool = False
-    commit_message: str | None = None
+class HubConfig(Config, key="release.hub"):
+    repo_id: str | None
+    private: bool
+    tag: str | None
+    dry_run: bool
+    commit_message: str | None
 
 
 @dataclass(frozen=True)
-class ReleaseConfig:
-    enabled: bool = True
-    license: str = "apache-2.0"
-    card: CardConfig = field(default_factory=CardConfig)
-    hub: HubConfig = field(default_factory=HubConfig)
-
-    @classmethod
-    def from_dict(cls, section: dict[str, Any]) -> ReleaseConfig:
-        section = dict(section)
-        card = CardConfig(**section.pop("card", {}))
-        hub = HubConfig(**section.pop("hub", {}))
-        return cls(card=card, hub=hub, **section)
+class ReleaseConfig(Config, key="release"):
+    enabled: bool
+    license: str
+    card: CardConfig
+    hub: HubConfig

@@ -218,10 +218,7 @@ def _hub_config(args: argparse.Namespace) -> HubConfig:
         section["private"] = False
     if args.commit_message:
         section["commit_message"] = args.commit_message
-    try:
-        return HubConfig(**section)
-    except TypeError as e:
-        raise ApertusError(f"--config: not a release.hub section ({e})") from None
+    return HubConfig.from_dict(section)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -75,6 +75,7 @@ import hashlib
 import json
 import math
 import operator
+import os
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -88,6 +89,7 @@ import numpy as np
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_open, atomic_write_json, sha256_file
+from apertus.core.typed import is_integer
 
 PHASE_FORMAT_VERSION = 1
 # The weight that takes every document of a source exactly once (module docstring).
@@ -112,10 +114,6 @@ _MAX_LANGUAGES = 1 << 16  # a source's languages are numbered in uint16 while pl
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class PhaseSpec:
     """One pretraining phase: its name, token budget, data seed and source weights.
@@ -135,9 +133,9 @@ class PhaseSpec:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ApertusError(f"phase name must be a non-empty string, got {self.name!r}")
         where = f"phase {self.name!r}"
-        if not _is_int(self.tokens) or self.tokens <= 0:
+        if not is_integer(self.tokens) or self.tokens <= 0:
             raise ApertusError(f"{where}: tokens must be a positive integer, got {self.tokens!r}")
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_integer(self.seed) or self.seed < 0:
             raise ApertusError(f"{where}: seed must be an integer >= 0, got {self.seed!r}")
         if not isinstance(self.weights, Mapping) or not self.weights:
             raise ApertusError(f"{where}: weights must name at least one source")
@@ -211,7 +209,7 @@ class _SourceShards:
                 f"{checksums_path}: dtype {dtype_name!r}, expected one of {sorted(_TOKEN_DTYPES)}"
             )
         vocab_size = checksums.get("vocab_size")
-        if not _is_int(vocab_size) or vocab_size <= 0:
+        if not is_integer(vocab_size) or vocab_size <= 0:
             raise ApertusError(f"{checksums_path}: vocab_size must be a positive integer")
         if dtype_name == "uint16" and vocab_size > 1 << 16:
             raise ApertusError(f"{checksums_path}: vocab_size {vocab_size} does not fit uint16")
@@ -349,6 +347,17 @@ def _read_json(path: Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise ApertusError(f"{what}: {path} does not hold a JSON object")
     return data
+
+
+def read_phase_record(phase_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """A built phase's phase.json, with its integer vocab_size and tokens_planned checked
+    (ApertusError naming the file otherwise). Reads no index or shard."""
+    path = Path(phase_dir) / PHASE_FILE
+    record = _read_json(path, f"phase {phase_dir} (is it a built data phase?)")
+    for key in ("vocab_size", "tokens_planned"):
+        if not is_integer(record.get(key)):
+            raise ApertusError(f"{path}: no integer {key}")
+    return record
 
 
 def _resolve_shares(
@@ -618,7 +627,7 @@ class PhaseDataset:
 
     def __init__(self, phase_dir: Path, shard_dirs: Mapping[str, Path] | None = None):
         self.phase_dir = Path(phase_dir)
-        self.meta = _read_json(self.phase_dir / PHASE_FILE, f"phase {self.phase_dir}")
+        self.meta = read_phase_record(self.phase_dir)
         try:
             self._dtype = _TOKEN_DTYPES[self.meta["dtype"]]
             index_path = self.phase_dir / self.meta["index"]["path"]
@@ -755,9 +764,9 @@ class PhaseDataset:
         is not yielded. Positions (same length as the window) count from 0 at the window start
         and at each document start inside it. Tokens keep the shards' dtype.
         """
-        if not _is_int(seq_len) or seq_len < 1:
+        if not is_integer(seq_len) or seq_len < 1:
             raise ApertusError(f"seq_len must be a positive integer, got {seq_len!r}")
-        if not _is_int(start) or not 0 <= start <= self.total_tokens:
+        if not is_integer(start) or not 0 <= start <= self.total_tokens:
             raise ApertusError(
                 f"start {start!r} out of range for a phase of {self.total_tokens} tokens"
             )

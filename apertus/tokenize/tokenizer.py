@@ -32,8 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -44,7 +42,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from apertus.core import ApertusError
-from apertus.core.files import replace_directory, sha256_file
+from apertus.core.files import building_directory, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -370,18 +368,11 @@ def _publish_directory(out_dir: Path, write) -> dict[str, str]:
                 f"tokenizer output {out_dir} holds files that are not tokenizer files "
                 f"({', '.join(foreign[:5])}); refusing to replace it"
             )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.{uuid.uuid4().hex}.tmp")
-    tmp.mkdir()
-    try:
+    with building_directory(out_dir) as tmp:
         write(tmp)
         files = {
             str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()
         }
-        replace_directory(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return files
 
 

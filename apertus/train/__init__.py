@@ -1,4 +1,16 @@
-"""The training stage's math: the AdEMAMix optimizer, the Warmup-Stable-Decay learning-rate
-schedule and batch-size ramp, and the loss masks (EOD transition and Goldfish)
-(RECIPE.md §1-§4, §6).
+"""Training on torchtitan: pretraining phases, long-context stages and SFT (RECIPE.md §1-§7).
+
+Laid out like torchtitan's ``components/``; from the stage config to the running trainer:
+- ``plan.py``: which pretraining stage follows which and how it continues (the Snakefile and
+  ``stage.py`` both read it); ``stage.py``: the pretraining stage's entry point, which builds a
+  ``RunSpec`` per stage and runs it (``train_and_record``, shared with SFT);
+- ``run_spec.py``: the typed run spec (spec.json) and the checks before any rank starts;
+- ``launch.py`` (+ ``slurm.py``): torchrun, locally or across SLURM nodes;
+- ``config_registry.py``: the torchtitan entry module, run spec -> ``Trainer.Config``;
+- the components: ``dataloader.py`` (pretraining windows with the EOD and Goldfish masks),
+  ``sft_loader.py``, ``pretokenized.py`` (what both loaders share), ``optimizer.py``,
+  ``lr_scheduler.py``, ``metrics.py``, ``checkpoint.py``, ``early_stop.py``, ``trainer.py``,
+  ``cpu_workarounds.py``;
+- the math, each formula in one function: ``ademamix.py``, ``schedule.py`` (WSD, batch ramp),
+  ``goldfish.py`` (the loss masks).
 """

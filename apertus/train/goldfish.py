@@ -1,4 +1,5 @@
-"""Loss masks applied in the data loader by setting labels to `ignore_index` (RECIPE.md §1, §2).
+"""Loss masks applied in the data loader (`apertus.train.dataloader.PhaseDataLoader.make_batch`)
+by setting labels to `ignore_index` (RECIPE.md §1, §2).
 
 - EOD transition (§1): documents are packed, so the label at a position whose *input* token is
   EOD is the first token of the next, unrelated document; it is masked.

@@ -31,20 +31,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apertus.core import ApertusError
-from apertus.train.config_registry import (
-    SPEC_ENV,
-    STOP_AT_ENV,
-    STOPPED_FILE,
-    checkpoint_steps,
-    load_run_spec,
-    preflight,
-)
+from apertus.train.early_stop import STOP_AT_ENV, STOPPED_FILE
+from apertus.train.run_spec import SPEC_ENV, checkpoint_steps, load_run_spec, preflight
 from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
 
 __all__ = ["STOPPED", "main", "run", "torchrun_command"]
 
 # Messages the trainer raises when training diverges (torchtitan's Trainer.train_step, then
-# ours in torchtitan_spec).
+# ours in apertus.train.metrics and apertus.train.checkpoint).
 DIVERGENCE_MARKERS = (
     "Loss is not finite",
     "Gradient norm is not finite",
@@ -169,7 +163,7 @@ def run(
     if stop_at is not None:
         _say(f"will stop with a checkpoint at {time.ctime(stop_at)} (SLURM time limit ahead)")
 
-    # The trainer writes this file when it stops early (apertus.train.torchtitan_spec).
+    # The trainer writes this file when it stops early (apertus.train.trainer).
     stopped = Path(spec.metrics_folder).absolute() / STOPPED_FILE
     stopped.unlink(missing_ok=True)
     divergence: str | None = None

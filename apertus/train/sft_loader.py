@@ -22,8 +22,9 @@ rank, plus the data's sha256, the row width and the shuffle seed; loading refuse
 made for other data, another sequence length or another seed. Because the position is global,
 a run can resume on another number of ranks or micro-batch (never mid-step).
 
-The trainer's tokenizer slot holds `SFTVocabulary`, read from sft.json (the trainer builds a
-tokenizer from `hf_assets_path`, which points at the SFT directory).
+The trainer's tokenizer slot holds `apertus.train.pretokenized.PretokenizedVocabulary`, read from
+sft.json (the trainer builds a tokenizer from `hf_assets_path`, which points at the SFT
+directory).
 """
 
 from __future__ import annotations
@@ -39,42 +40,15 @@ from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.tokenizer import BaseTokenizer
 
 from apertus.core import ApertusError
-from apertus.posttrain.sft_data import SFTData, read_sft_record
-from apertus.train.dataloader import LossMaskCounts, set_active_loader
+from apertus.posttrain.sft_data import SFTData
+from apertus.train.pretokenized import LossMaskCounts, set_active_loader
 
-__all__ = ["SFTDataLoader", "SFTVocabulary", "epoch_order"]
+__all__ = ["SFTDataLoader", "epoch_order"]
 
 
 def epoch_order(rows: int, seed: int, epoch: int) -> np.ndarray:
     """The rows of epoch `epoch` in training order: a permutation seeded by (seed, epoch)."""
     return np.random.default_rng([seed, epoch]).permutation(rows)
-
-
-class SFTVocabulary(BaseTokenizer):
-    """The trainer's tokenizer slot for tokenized SFT data: the vocabulary size and special
-    ids recorded in sft.json (as `PhaseVocabulary` for a data phase). It cannot encode or
-    decode; the SFT data was tokenized with the tokenizer named in its stage."""
-
-    @dataclass(kw_only=True, slots=True)
-    class Config(BaseTokenizer.Config):
-        pass
-
-    def __init__(self, config: Config | None = None, *, tokenizer_path: str) -> None:
-        super().__init__()
-        record = read_sft_record(tokenizer_path)
-        self.vocab_size = int(record["vocab_size"])
-        self.bos_id = int(record["bos_id"])
-        self.eos_id = int(record["eos_id"])
-        self.pad_id = int(record["pad_id"])
-
-    def encode(self, *args: Any, **kwargs: Any) -> list[int]:
-        raise ApertusError("the SFT data holds token ids only; use the tokenizer directory")
-
-    def decode(self, *args: Any, **kwargs: Any) -> str:
-        raise ApertusError("the SFT data holds token ids only; use the tokenizer directory")
-
-    def get_vocab_size(self) -> int:
-        return self.vocab_size
 
 
 class SFTDataLoader(BaseDataLoader):

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,13 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.train.plan import pretrain_stages
+from apertus.train.run_spec import (
+    BatchRampSpec,
+    RunSpec,
+    checkpoint_steps,
+    write_run_spec,
+)
 from apertus.train.schedule import BatchRamp
 
 
@@ -44,20 +53,6 @@ def phase_steps(phase_dir: Path, seq_len: int, ramp: BatchRamp, first_step: int 
             f"{ramp.batch_at(first_step)}; raise the phase's token budget or lower the batch"
         )
     return steps
-
-
-def pretrain_ramp(cfg: dict[str, Any]) -> BatchRamp:
-    """The global batch of every pretraining step (`pretrain.global_batch`, then
-    `pretrain.batch_ramp` from its token count on; RECIPE.md §4)."""
-    ramp = cfg.get("batch_ramp")
-    if ramp is None:
-        return BatchRamp.constant(cfg["global_batch"])
-    return BatchRamp.at_tokens(
-        seq_len=cfg["seq_len"],
-        start_batch=cfg["global_batch"],
-        batch=ramp["global_batch"],
-        tokens=ramp["at_tokens"],
-    )
 
 
 def cooldown_steps(ramp: BatchRamp, total_steps: int, fraction: float) -> int:
@@ -95,33 +90,55 @@ def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict | None) -> dict:
-    """The torchtitan run spec of stage `name` (apertus.train.config_registry.RunSpec)."""
-    long = {s["name"]: s for s in cfg["long_context"]}
-    common = {
-        "flavor": cfg["flavor"],
-        "micro_batch": cfg["micro_batch"],
-        "ademamix": dict(cfg["ademamix"]),
-        "grad_clip": cfg["grad_clip"],
-        "goldfish": dict(cfg["goldfish"]),
-        "seed": cfg["seed"],
-        "dtype": cfg["dtype"],
-        "compile": cfg["compile"],
-        "device": cfg["device"],
-        "tensor_parallel": cfg.get("tensor_parallel", 1),
-        "tensorboard": True,
+# Run spec fields and those of them each stage sets itself.
+_RUN_SPEC_FIELDS = {f.name for f in fields(RunSpec)}
+_PER_STAGE = {"seq_len", "global_batch", "batch_ramp", "lr", "steps", "checkpoint"}
+
+
+def _ramp(cfg: Mapping[str, Any]) -> BatchRamp:
+    """The global batch of every pretraining step (`pretrain.global_batch`, then
+    `pretrain.batch_ramp` from its token count on; RECIPE.md §4)."""
+    ramp = cfg.get("batch_ramp")
+    return BatchRampSpec.ramp(
+        BatchRampSpec(**ramp) if ramp else None,
+        seq_len=cfg["seq_len"],
+        global_batch=cfg["global_batch"],
+    )
+
+
+def run_spec(
+    cfg: Mapping[str, Any], name: str, phases_root: Path, previous: Mapping[str, Any] | None
+) -> RunSpec:
+    """The torchtitan run spec of pretraining stage `name` (`pretrain:` config, the previous
+    stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s."""
+    plan = {stage.name: stage for stage in pretrain_stages(cfg)}
+    if name not in plan:
+        raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")
+    stage = plan[name]
+    if stage.previous is not None and previous is None:
+        kind = "long-context stage" if stage.kind == "long_context" else "phase"
+        raise ApertusError(f"{kind} {name!r} needs the previous stage's weights")
+    # The settings the `pretrain:` config and the run spec share by name go across as they are
+    # (a new one needs no line here); the rest is each stage's own.
+    spec: dict[str, Any] = {
+        name: cfg[name] for name in _RUN_SPEC_FIELDS - _PER_STAGE if name in cfg
     }
-    if name in cfg["phases"]:
+    spec["tensorboard"] = True
+    spec["checkpoint"] = {
+        "interval": cfg["checkpoint_interval"],
+        "initial": previous["final_checkpoint"] if previous else None,
+        "initial_mode": "continue" if stage.start == "continue" else "weights",
+    }
+    if stage.kind == "phase":
         # One WSD schedule over all phases; each phase adds its steps to the count.
-        seq_len, ramp = cfg["seq_len"], pretrain_ramp(cfg)
+        seq_len, ramp = cfg["seq_len"], _ramp(cfg)
         steps: list[int] = []
         for phase in cfg["phases"]:
             steps.append(phase_steps(phases_root / phase, seq_len, ramp, sum(steps)))
         index = cfg["phases"].index(name)
         total = sum(steps)
         lr = cfg["lr"]
-        return {
-            **common,
+        spec |= {
             "phase_dir": str(phases_root / name),
             "model_overrides": {"rope_theta": cfg["rope_theta"], "max_seq_len": seq_len},
             "seq_len": seq_len,
@@ -136,38 +153,24 @@ def run_spec(cfg: dict[str, Any], name: str, phases_root: Path, previous: dict |
                 "min_lr_ratio": lr["min_lr_ratio"],
                 "total_steps": total,
             },
-            "checkpoint": {
-                "interval": cfg["checkpoint_interval"],
-                "initial": previous["final_checkpoint"] if previous else None,
-                "initial_mode": "continue",
-            },
         }
-    if name in long:
-        stage = long[name]
-        if previous is None:
-            raise ApertusError(f"long-context stage {name!r} needs the previous stage's weights")
-        return {
-            **common,
-            "phase_dir": str(phases_root / stage["phase"]),
-            "model_overrides": {"rope_theta": stage["rope_theta"], "max_seq_len": stage["seq_len"]},
-            "seq_len": stage["seq_len"],
-            "global_batch": stage["global_batch"],
-            "micro_batch": math.gcd(cfg["micro_batch"], stage["global_batch"]),
-            "steps": stage["steps"],
-            "lr": {"kind": "constant", "peak": stage["lr"], "warmup_steps": stage["warmup_steps"]},
-            # RECIPE §6: each stage loads the previous weights; the optimizer state is reset.
-            "checkpoint": {
-                "interval": cfg["checkpoint_interval"],
-                "initial": previous["final_checkpoint"],
-                "initial_mode": "weights",
-            },
+    else:
+        long = next(s for s in cfg["long_context"] if s["name"] == name)
+        spec |= {
+            "phase_dir": str(phases_root / long["phase"]),
+            "model_overrides": {"rope_theta": long["rope_theta"], "max_seq_len": long["seq_len"]},
+            "seq_len": long["seq_len"],
+            "global_batch": long["global_batch"],
+            "micro_batch": math.gcd(cfg["micro_batch"], long["global_batch"]),
+            "steps": long["steps"],
+            "lr": {"kind": "constant", "peak": long["lr"], "warmup_steps": long["warmup_steps"]},
         }
-    raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")
+    return RunSpec.from_dict(spec, where=f"pretrain stage {name}")
 
 
 def train_and_record(
     step: StepRun,
-    spec: dict[str, Any],
+    spec: RunSpec,
     *,
     name: str,
     key_material: Any,
@@ -181,16 +184,14 @@ def train_and_record(
     checkpoint when one is there; then write `output/` (run.json, spec.json, metrics.jsonl)
     and return the run record. Shared by every training stage (pretraining phases, long
     context, SFT), so each is resumable the same way and exported the same way."""
-    from apertus.train.config_registry import checkpoint_steps
     from apertus.train.launch import STOPPED, run
-    from apertus.train.torchtitan_spec import read_metrics
+    from apertus.train.metrics import read_metrics
 
-    key = sha256_text(canonical_json([spec, key_material]))[:16]
+    key = sha256_text(canonical_json([spec.as_dict(), key_material]))[:16]
     work = work_root / f"{name}-{key}"
-    spec["checkpoint"]["folder"] = str(work / "ckpt")
-    spec["metrics_folder"] = str(work / "out")
+    spec = spec.placed(work)
     work.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(work / "spec.json", spec)
+    write_run_spec(work / "spec.json", spec)
     done = checkpoint_steps(work / "ckpt")
     if done:
         step.summary["resumed_from_step"] = max(done)
@@ -214,13 +215,13 @@ def train_and_record(
         "final_step": final_step,
         "final_loss": last["loss"],
         "tokens_seen": last.get("tokens_seen"),
-        "flavor": spec["flavor"],
-        "model_overrides": spec["model_overrides"],
-        "seq_len": spec["seq_len"],
+        "flavor": spec.flavor,
+        "model_overrides": spec.model_overrides,
+        "seq_len": spec.seq_len,
     }
     step.outputs.append(Path(record["final_checkpoint"]))  # hashed into the manifest
     output.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(output / "spec.json", spec)
+    write_run_spec(output / "spec.json", spec)
     shutil.copyfile(work / "out" / "metrics.jsonl", output / "metrics.jsonl")
     return record
 
@@ -236,8 +237,9 @@ def main(argv=None):
     cfg = {"long_context": [], **args.config}
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
     spec = run_spec(cfg, args.name, args.phases_root, previous)
-    phase_json = Path(spec["phase_dir"]) / "phase.json"
-    inputs = [Path(spec["phase_dir"])] + ([args.previous] if args.previous else [])
+    assert spec.phase_dir is not None
+    phase_json = Path(spec.phase_dir) / "phase.json"
+    inputs = [Path(spec.phase_dir)] + ([args.previous] if args.previous else [])
     with StepRun(
         "pretrain",
         args.name,
@@ -255,16 +257,9 @@ def main(argv=None):
             work_root=args.work_root,
             output=args.output,
             nproc=cfg["nproc"],
-            nnodes=next(
-                (
-                    s.get("nnodes", cfg["nnodes"])
-                    for s in cfg["long_context"]
-                    if s["name"] == args.name
-                ),
-                cfg["nnodes"],
-            ),
+            nnodes=next(s.nnodes for s in pretrain_stages(cfg) if s.name == args.name),
         )
-        record["unigram_entropy"] = unigram_entropy(Path(spec["phase_dir"]))
+        record["unigram_entropy"] = unigram_entropy(Path(spec.phase_dir))
         atomic_write_json(args.output / "run.json", record)
         step.summary.update({k: v for k, v in record.items() if k != "model_overrides"})
 

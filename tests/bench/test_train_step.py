@@ -10,8 +10,8 @@ import torch
 from torchtitan.components.loss import IGNORE_INDEX
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor, num_params
-from apertus.train.dataloader import BOS_ID
+from apertus.model.flavors import flavor, num_params
+from apertus.train.pretokenized import BOS_ID
 from bench.train_step import (
     adamw,
     ademamix,

@@ -349,7 +349,7 @@ def test_tokenization_shows_documents_read_out_of_the_corpus_rows(tmp_path, capf
 
 def test_trainer_metrics_write_training_progress_with_loss_and_eta(monkeypatch, capsys):
     """`ApertusMetrics` as the trainer calls it each step (its torchtitan parts left out)."""
-    from apertus.train.torchtitan_spec import ApertusMetrics, run_name
+    from apertus.train.metrics import ApertusMetrics, run_name
 
     assert run_name("/w/pretrain/_work/phase1-0123456789abcdef/out") == "phase1"
     assert run_name("/tmp/run/out") == "run"

@@ -24,7 +24,9 @@ from apertus.data.probes import (
 )
 from apertus.tokenize.shards import read_corpus
 
-SMALL = ProbesConfig(exposures=(1, 3, 5), per_count=2, controls=3, words=30, seed=11)
+SMALL = ProbesConfig.from_dict(
+    {"exposures": [1, 3, 5], "per_count": 2, "controls": 3, "words": 30, "seed": 11}
+)
 
 
 def planted(probes):
@@ -73,7 +75,9 @@ def test_words_are_drawn_uniformly_from_the_language_word_list():
     assert all(abs(c - 5000) < 200 for c in counts.values()), counts
     words = set(probe_words("de"))
     assert len(words) > 500 and all(w.isalpha() and w == w.lower() for w in words)
-    for probe in make_probes(ProbesConfig(language="de", words=40, per_count=1, controls=1)):
+    for probe in make_probes(
+        ProbesConfig.from_dict({"language": "de", "words": 40, "per_count": 1, "controls": 1})
+    ):
         assert probe.text.endswith(".") and probe.language == "de"
         assert len(probe.text[:-1].split()) == 40
         assert set(probe.text[:-1].split()) <= words
@@ -100,7 +104,9 @@ def make_probes_with_vocabulary(vocabulary):
     original = probes.probe_words
     probes.probe_words = lambda language: vocabulary
     try:
-        return make_probes(ProbesConfig(exposures=(1,), per_count=2, controls=1, words=8))
+        return make_probes(
+            ProbesConfig.from_dict({"exposures": [1], "per_count": 2, "controls": 1, "words": 8})
+        )
     finally:
         probes.probe_words = original
 
@@ -225,7 +231,7 @@ def test_repeated_probe_ids_are_refused(tmp_path):
         ({"words": 3}, "words must be"),
         ({"language": "xx"}, "'xx' has no word list"),
         ({"seed": -1}, "seed"),
-        ({"copies": 3}, r"unknown key\(s\) \['copies'\]"),
+        ({"copies": 3}, r"unknown key 'data\.probes\.copies'"),
     ],
 )
 def test_bad_config_is_refused(values, message):

@@ -14,7 +14,9 @@ from apertus.data.readers import make_reader
 
 
 def source(path, reader="jsonl", **kw):
-    return Source(name="web", reader=reader, path=str(path), kind="web", **kw)
+    return Source.from_dict(
+        {"name": "web", "reader": reader, "path": str(path), "kind": "web", **kw}
+    )
 
 
 def read(src):
@@ -218,13 +220,15 @@ def test_huggingface_reader_streams_a_local_dataset_in_hub_format(tmp_path):
         ),
         folder / "000_00000.parquet",
     )
-    src = Source(
-        name="fw2",
-        reader="huggingface",
-        path=str(tmp_path / "fineweb-2-standin"),
-        kind="web",
-        hf_config=None,
-        hf_split="train",
+    src = Source.from_dict(
+        {
+            "name": "fw2",
+            "reader": "huggingface",
+            "path": str(tmp_path / "fineweb-2-standin"),
+            "kind": "web",
+            "hf_config": None,
+            "hf_split": "train",
+        }
     )
     docs, _ = read(src)
     assert [d.text for d in docs] == ["Bun di!", "Allegra"]

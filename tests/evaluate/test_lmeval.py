@@ -298,7 +298,9 @@ def test_bad_suites_are_refused(manager, suite, message):
 def test_limit_and_few_shot_reach_lm_eval(evaluated, tmp_path):
     from apertus.evaluate.lmeval import run_suite
 
-    options = LmEvalOptions(tasks=(SuiteEntry("apertus_mc_de", limit=2),), batch_size=2)
+    options = LmEvalOptions.from_dict(
+        {"tasks": [{"task": "apertus_mc_de", "limit": 2}], "batch_size": 2}
+    )
     outcome = run_suite(evaluated["model"], evaluated["tasks"], options, tmp_path / "run")
     assert outcome["results"]["apertus_mc_de"]["sample_len"] == 2
     assert len(outcome["samples"]["apertus_mc_de"]) == 2
@@ -311,7 +313,9 @@ def test_limit_and_few_shot_reach_lm_eval(evaluated, tmp_path):
 def test_command_arguments_round_trip_through_lm_evals_parser(evaluated, monkeypatch):
     from lm_eval._cli.harness import HarnessCLI
 
-    options = LmEvalOptions(model_args={"max_length": 32}, batch_size="auto", seed=5)
+    options = LmEvalOptions.from_dict(
+        {"model_args": {"max_length": 32}, "batch_size": "auto", "seed": 5}
+    )
     invocation = Invocation(("apertus_mc_de", "apertus_mc_fr"), 1, 0.5, True)
     words = lm_eval_command(invocation, evaluated["model"], evaluated["tasks"], options, "o.json")
     assert words[:2] == ["lm_eval", "run"]
@@ -363,4 +367,4 @@ def test_a_folder_without_a_model_is_refused(tmp_path, evaluated):
     from apertus.evaluate.lmeval import run_suite
 
     with pytest.raises(ApertusError, match=r"no config\.json"):
-        run_suite(tmp_path, evaluated["tasks"], LmEvalOptions(), tmp_path / "out")
+        run_suite(tmp_path, evaluated["tasks"], LmEvalOptions.from_dict({}), tmp_path / "out")

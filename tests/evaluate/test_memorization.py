@@ -135,7 +135,11 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("memorization")
     texts = [s for sentences in en.TOPICS.values() for s in sentences]
     train_tokenizer(texts, root / "tokenizer", vocab_size=600, min_frequency=2)
-    probes = make_probes(ProbesConfig(exposures=(1, 3), per_count=2, controls=2, words=24, seed=4))
+    probes = make_probes(
+        ProbesConfig.from_dict(
+            {"exposures": [1, 3], "per_count": 2, "controls": 2, "words": 24, "seed": 4}
+        )
+    )
     write_probes(probes, root / "probes")
     tokenizer = AutoTokenizer.from_pretrained(str(root / "tokenizer"))
     return {
@@ -397,8 +401,13 @@ def test_exposure_counts_stop_where_training_stopped(world, phase):
     assert 0 < sum(counts.values()) < sum(p.exposures for p in world["probes"])
 
 
+# The keys of a run spec (apertus.train.run_spec) that the memorization evaluation does not read.
+SPEC_REQUIRED = {"flavor": "debug", "micro_batch": 1, "lr": {"peak": 1e-3}}
+
+
 def test_trained_stream_follows_the_run_spec(tmp_path):
     spec = {
+        **SPEC_REQUIRED,
         "phase_dir": "phases/p2",
         "seq_len": 8,
         "global_batch": 4,
@@ -471,11 +480,19 @@ def test_entry_point_counts_what_the_runs_trained_on(world, random_model, phase,
     phase_dir, _ = phase
     run = tmp_path / "run"
     run.mkdir()
-    spec = {"phase_dir": str(phase_dir), "seq_len": 15, "global_batch": 2, "steps": 60}
+    spec = {
+        **SPEC_REQUIRED,
+        "phase_dir": str(phase_dir),
+        "seq_len": 15,
+        "global_batch": 2,
+        "steps": 60,
+    }
     (run / "spec.json").write_text(json.dumps(spec))
     common = [
         "--config",
-        json.dumps({"prefix_tokens": PREFIX, "suffix_tokens": SUFFIX, "device": "cpu"}),
+        json.dumps(
+            {"prefix_tokens": PREFIX, "suffix_tokens": SUFFIX, "device": "cpu", "label": "this run"}
+        ),
         "--manifest",
         str(tmp_path / "m.json"),
         "--model",

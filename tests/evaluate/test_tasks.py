@@ -40,7 +40,9 @@ def heldout(tmp_path_factory, documents):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, heldout):
     out = tmp_path_factory.mktemp("build") / "tasks"
-    summary = build_task_directory(heldout, out, mc=ClozeOptions(items_per_language=10), seed=7)
+    summary = build_task_directory(
+        heldout, out, mc=ClozeOptions.from_dict({"items_per_language": 10}), seed=7
+    )
     return out, summary
 
 
@@ -143,7 +145,7 @@ def test_items_are_deterministic_and_independent_of_line_order(tmp_path, documen
     build_task_directory(
         write_heldout(tmp_path / "heldout", shuffled),
         again,
-        mc=ClozeOptions(items_per_language=10),
+        mc=ClozeOptions.from_dict({"items_per_language": 10}),
         seed=7,
     )
     for language in LANGUAGES:
@@ -154,7 +156,9 @@ def test_items_are_deterministic_and_independent_of_line_order(tmp_path, documen
 def test_another_seed_gives_other_items(tmp_path, heldout, built):
     out, _ = built
     other = tmp_path / "other"
-    build_task_directory(heldout, other, mc=ClozeOptions(items_per_language=10), seed=8)
+    build_task_directory(
+        heldout, other, mc=ClozeOptions.from_dict({"items_per_language": 10}), seed=8
+    )
     for language in LANGUAGES:
         a = task_data(out, f"apertus_mc_{language}")
         b = task_data(other, f"apertus_mc_{language}")
@@ -169,7 +173,9 @@ def test_item_count_is_capped_by_the_available_cuts(tmp_path):
     summary = build_task_directory(
         write_heldout(tmp_path / "heldout", docs),
         out,
-        mc=ClozeOptions(items_per_language=1000, context_chars=200, continuation_chars=60),
+        mc=ClozeOptions.from_dict(
+            {"items_per_language": 1000, "context_chars": 200, "continuation_chars": 60}
+        ),
     )
     items = task_data(out, "apertus_mc_de")
     cuts = {
@@ -187,7 +193,7 @@ def test_item_count_is_capped_by_the_available_cuts(tmp_path):
 def test_documents_too_short_for_any_item_skip_the_language(tmp_path):
     docs = heldout_documents(("de",), documents=5, chars=(100, 150))
     summary = build_task_directory(
-        write_heldout(tmp_path / "heldout", docs), tmp_path / "tasks", mc=ClozeOptions()
+        write_heldout(tmp_path / "heldout", docs), tmp_path / "tasks", mc=ClozeOptions.from_dict({})
     )
     assert "de" in summary["mc"]["skipped_languages"]
     assert summary["groups"] == ["apertus_ppl"]
@@ -209,7 +215,9 @@ def test_max_documents_takes_a_seeded_sample(tmp_path, heldout, documents):
     picks = []
     for seed in (1, 1, 2):
         out = tmp_path / f"tasks-{len(picks)}"
-        build_task_directory(heldout, out, ppl=PerplexityOptions(max_documents=3), seed=seed)
+        build_task_directory(
+            heldout, out, ppl=PerplexityOptions.from_dict({"max_documents": 3}), seed=seed
+        )
         picks.append([d["id"] for d in task_data(out, "apertus_ppl_de")])
     assert picks[0] == picks[1] != picks[2]
     assert all(len(p) == 3 and p == sorted(p) for p in picks)
@@ -245,9 +253,9 @@ def test_yamls_name_their_data_by_absolute_path_and_lm_eval_loads_them(built, mo
 
 def test_rebuild_replaces_a_task_directory_but_not_a_foreign_one(tmp_path, heldout):
     out = tmp_path / "tasks"
-    build_task_directory(heldout, out, mc=ClozeOptions(items_per_language=2))
+    build_task_directory(heldout, out, mc=ClozeOptions.from_dict({"items_per_language": 2}))
     (out / "data" / "stale.jsonl").write_text("{}\n")
-    build_task_directory(heldout, out, mc=ClozeOptions(items_per_language=3))
+    build_task_directory(heldout, out, mc=ClozeOptions.from_dict({"items_per_language": 3}))
     assert not (out / "data" / "stale.jsonl").exists()
     assert len(task_data(out, "apertus_mc_de")) == 3
     foreign = tmp_path / "foreign"
@@ -296,15 +304,17 @@ def test_blank_lines_are_ignored_and_empty_texts_counted(tmp_path, documents):
 
 def test_a_configured_language_without_heldout_documents_is_an_error(tmp_path, heldout):
     with pytest.raises(ApertusError, match=r"mc\.languages names xx"):
-        build_task_directory(heldout, tmp_path / "t", mc=ClozeOptions(languages=("de", "xx")))
+        build_task_directory(
+            heldout, tmp_path / "t", mc=ClozeOptions.from_dict({"languages": ["de", "xx"]})
+        )
 
 
 def test_only_the_configured_languages_are_built(tmp_path, heldout):
     summary = build_task_directory(
         heldout,
         tmp_path / "t",
-        mc=ClozeOptions(languages=["fr", "de"]),
-        ppl=PerplexityOptions(languages=[]),
+        mc=ClozeOptions.from_dict({"languages": ["fr", "de"]}),
+        ppl=PerplexityOptions.from_dict({"languages": []}),
     )
     assert summary["mc"]["tasks"] == ["apertus_mc_fr", "apertus_mc_de"]
     assert summary["groups"] == ["apertus_mc"]
@@ -334,7 +344,8 @@ def test_bad_builder_options_are_refused(config, message):
 
 def test_default_config_and_key_reference():
     cfg = EvaluateConfig.from_dict({})
-    assert cfg.tasks.mc == ClozeOptions() and cfg.tasks.ppl == PerplexityOptions()
+    assert cfg.tasks.mc == ClozeOptions.from_dict({})
+    assert cfg.tasks.ppl == PerplexityOptions.from_dict({})
     assert (cfg.tasks.mc.items_per_language, cfg.tasks.mc.choices, cfg.tasks.seed) == (8, 4, 1234)
     # A step gets only its own part (the rules pass {"tasks": ...}); the memorization part
     # belongs to apertus.evaluate.memorization and is let through.

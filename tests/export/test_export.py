@@ -41,8 +41,8 @@ from apertus.export.verify import (
     verification_batch,
     verify_export,
 )
-from apertus.model.config_registry import flavor, num_params
-from apertus.model.model import hf_key
+from apertus.model.flavors import flavor, num_params
+from apertus.model.state_dict_adapter import hf_key
 from apertus.tokenize.tokenizer import load_tokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -517,11 +517,11 @@ def test_sharded_export_loads_the_same(workspace, model, tmp_path):
     ("raw", "fragment"),
     [
         ({"dtype": "float16"}, "export.dtype must be one of float32, bfloat16"),
-        ({"verify": {"tol": 1e-3}}, "unknown key(s) tol in export.verify"),
-        ({"format": "gguf"}, "unknown key(s) format in export"),
+        ({"verify": {"tol": 1e-3}}, "unknown key 'export.verify.tol'"),
+        ({"format": "gguf"}, "unknown key 'export.format'"),
         ({"verify": {"tolerance": 0}}, "tolerance must be a positive number"),
         ({"verify": {"rows": 0}}, "rows must be a positive integer"),
-        ({"verify": {"seq_len": 2.5}}, "seq_len must be a positive integer or null"),
+        ({"verify": {"seq_len": 2.5}}, "export.verify.seq_len must be an integer or null"),
     ],
 )
 def test_bad_export_config_is_refused(raw, fragment):

@@ -21,19 +21,18 @@ from transformers.models.apertus import modeling_apertus as hf
 
 from apertus.core import ApertusError
 from apertus.model import model as model_module
-from apertus.model.config_registry import FLAVORS, flavor, num_params
+from apertus.model.flavors import FLAVORS, flavor, num_params
 from apertus.model.model import (
     XIELU,
     ApertusModel,
     RopeScaling,
     TransformerBlock,
-    apertus_key,
     block_causal_mask,
-    hf_key,
     rope_inverse_frequencies,
     xielu,
     xielu_fused,
 )
+from apertus.model.state_dict_adapter import apertus_key, hf_key
 
 # A small shape that still exercises GQA (4 q / 2 kv heads), a head_dim unrelated to
 # dim // n_heads (32 vs 16), and all three bands of the Llama-3.1 RoPE scaling (see

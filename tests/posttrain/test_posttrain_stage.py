@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from apertus.train.torchtitan_spec import read_metrics
+from apertus.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from apertus.model.config_registry import flavor
+from apertus.model.flavors import flavor
 from apertus.posttrain.qrpo import (
     beta_log_partition,
     length_normalised_beta,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor
+from apertus.model.flavors import flavor
 from apertus.posttrain.qrpo import length_normalised_beta, optimal_log_ratio, sequence_logprobs
 from apertus.posttrain.qrpo_train import (
     QRPOConfig,
@@ -169,17 +169,17 @@ def test_collate_pads_right_and_masks_the_padding(tmp_path):
 
 def test_config_defaults_and_errors():
     cfg = QRPOConfig.from_dict({})
-    assert (cfg.lr, cfg.beta_kl, cfg.max_beta, cfg.epochs) == (5e-7, 5.0, 0.1, 1)
+    assert (cfg.lr, cfg.beta_kl, cfg.max_beta, cfg.epochs) == (1e-4, 5.0, 0.1, 1)
     assert cfg.ademamix.betas == (0.9, 0.999, 0.999) and cfg.ademamix.warmup_steps is None
     cases = [
-        ({"learning_rate": 1e-6}, "unknown key\\(s\\) learning_rate in posttrain.qrpo"),
+        ({"learning_rate": 1e-6}, "unknown key 'posttrain.qrpo.learning_rate'"),
         ({"lr": -1.0}, "posttrain.qrpo.lr must be a number >= 0.0"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
         ({"epochs": 1.5}, "epochs must be an integer"),
         ({"max_beta": 0}, "max_beta must be a number > 0"),
         ({"ademamix": {"betas": [0.9, 0.999]}}, "betas must be \\[beta1, beta2, beta3\\]"),
         ({"ademamix": {"betas": [0.9, 0.999, 1.0]}}, "betas must be a number >= 0.0 and < 1.0"),
-        ({"ademamix": {"t_alpha": 3}}, "unknown key\\(s\\) t_alpha in posttrain.qrpo.ademamix"),
+        ({"ademamix": {"t_alpha": 3}}, "unknown key 'posttrain.qrpo.ademamix.t_alpha'"),
         ({"device": "tpu"}, "device must be"),
         ({"dtype": "float16"}, "dtype must be one of float32, bfloat16"),
     ]

@@ -22,7 +22,7 @@ from sacrebleu.metrics import CHRF
 from transformers import ApertusForCausalLM, AutoModelForCausalLM, AutoTokenizer
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor
+from apertus.model.flavors import flavor
 from apertus.posttrain.sampling import (
     QrpoPrompt,
     Sample,
@@ -694,6 +694,7 @@ def test_module_entry_point_reports_bad_input_in_one_line(workspace, tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        "error: config.reward.kind must be one of chrf, reward_model, judge, not 'bleu'"
+        "error: posttrain.qrpo_data.reward.kind must be one of chrf, reward_model, judge, "
+        "not 'bleu'"
     )
     assert not (tmp_path / "out").exists() and not (tmp_path / "m.json").exists()

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from apertus.train.config_registry import checkpoint_steps
-from apertus.train.torchtitan_spec import read_metrics
+from apertus.train.metrics import read_metrics
+from apertus.train.run_spec import checkpoint_steps
 from tests.conftest import BIN, REPO, SLURM_JOBS, copy_upstream, default_run_executor
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -13,10 +13,10 @@ from apertus.audit.explain import explain_changes
 from apertus.core import ApertusError
 from apertus.core.config import load_config
 from apertus.core.resources import job_resources, sbatch_options
+from apertus.train.early_stop import TIME_LIMIT, StopRequest
 from apertus.train.launch import run as launch_run
 from apertus.train.launch import torchrun_command
 from apertus.train.slurm import SlurmJob, parse_time_left, srun_command, srun_environment
-from apertus.train.torchtitan_spec import TIME_LIMIT, StopRequest
 from tests.conftest import REPO
 
 CPU = {"threads": 16, "mem_mb": 64000, "runtime": 720, "slurm_partition": "cpu"}

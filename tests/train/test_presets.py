@@ -4,7 +4,7 @@ import pytest
 
 from apertus.core import REPO_ROOT
 from apertus.core.config import load_config
-from apertus.model.config_registry import flavor
+from apertus.model.flavors import flavor
 
 PRESETS = REPO_ROOT / "config" / "presets"
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from apertus.train.config_registry import checkpoint_steps
-from apertus.train.torchtitan_spec import read_metrics
+from apertus.train.metrics import read_metrics
+from apertus.train.run_spec import checkpoint_steps
 from tests.conftest import BIN, REPO, copy_upstream, planned_jobs, run_tool
 
 pytestmark = pytest.mark.slow

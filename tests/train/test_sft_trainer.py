@@ -19,16 +19,18 @@ import torch
 import torch.nn.functional as F
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor
+from apertus.model.flavors import flavor
 from apertus.posttrain.instructions import InstructionConfig, make_instruction_set
 from apertus.posttrain.sft_data import build_sft_data
 from apertus.tokenize.tokenizer import load_tokenizer, train_tokenizer
 from apertus.train.ademamix import AdEMAMix, param_groups
-from apertus.train.config_registry import load_run_spec, trainer_config
-from apertus.train.dataloader import active_loader
+from apertus.train.config_registry import trainer_config
+from apertus.train.lr_scheduler import RecipeLRSchedulers
+from apertus.train.metrics import read_metrics
+from apertus.train.pretokenized import PretokenizedVocabulary, active_loader
+from apertus.train.run_spec import load_run_spec
 from apertus.train.schedule import linear_lr, warmup_steps_for_ratio
-from apertus.train.sft_loader import SFTDataLoader, SFTVocabulary
-from apertus.train.torchtitan_spec import RecipeLRSchedulers, read_metrics
+from apertus.train.sft_loader import SFTDataLoader
 from tests.train.test_torchtitan import build_phase, load_checkpoint, model_weights, run_ok
 
 IGNORE, PAD = -100, 3
@@ -44,7 +46,8 @@ WARMUP = warmup_steps_for_ratio(STEPS, 0.03)  # RECIPE.md §7: warmup ratio 0.03
 def sft_dir(tmp_path_factory) -> Path:
     """The built-in instruction set tokenized with a 300-token BPE trained on it."""
     root = tmp_path_factory.mktemp("sft")
-    conversations = make_instruction_set(InstructionConfig(train=400, qrpo=0, heldout=0)).train
+    config = InstructionConfig.from_dict({"train": 400, "qrpo": 0, "heldout": 0})
+    conversations = make_instruction_set(config).train
     texts = [m["content"] for c in conversations for m in c["messages"]]
     train_tokenizer(texts * 3, root / "tokenizer", vocab_size=VOCAB)
     tokenizer = load_tokenizer(str(root / "tokenizer"))
@@ -96,7 +99,7 @@ def loader(sft_dir, *, rank=0, world=1, micro_batch=MICRO, seed=SEED, epochs=1, 
         config,
         dp_world_size=world,
         dp_rank=rank,
-        tokenizer=SFTVocabulary(tokenizer_path=str(sft_dir)),
+        tokenizer=PretokenizedVocabulary(tokenizer_path=str(sft_dir)),
         seq_len=seq_len,
         local_batch_size=micro_batch,
     )
@@ -178,7 +181,7 @@ def test_state_resumes_exactly_also_on_other_ranks(sft_dir):
 def test_loader_refuses_another_sequence_length_or_a_small_tokenizer(sft_dir):
     with pytest.raises(ApertusError, match="max_len 96, the run's seq_len is 64"):
         loader(sft_dir, seq_len=64)
-    vocabulary = SFTVocabulary(tokenizer_path=str(sft_dir))
+    vocabulary = PretokenizedVocabulary(tokenizer_path=str(sft_dir))
     assert (vocabulary.get_vocab_size(), vocabulary.eos_id, vocabulary.pad_id) == (VOCAB, 2, PAD)
     with pytest.raises(ApertusError, match="token ids only"):
         vocabulary.encode("x")
@@ -292,7 +295,7 @@ def test_sft_spec_builds_a_trainer_config_with_the_sft_loader(sft_dir, tmp_path)
     config = trainer_config(spec)
     assert isinstance(config.dataloader, SFTDataLoader.Config)
     assert config.dataloader.sft_dir == str(sft_dir) and config.dataloader.seed == SEED
-    assert isinstance(config.tokenizer, SFTVocabulary.Config)
+    assert isinstance(config.tokenizer, PretokenizedVocabulary.Config)
     assert config.hf_assets_path == str(sft_dir)
     assert config.lr_scheduler.kind == "linear" and config.training.max_norm == 1.0
     groups = [g.optimizer_kwargs for g in config.optimizer.param_groups]

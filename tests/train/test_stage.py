@@ -9,6 +9,7 @@ import pytest
 from apertus.core import ApertusError
 from apertus.core.config import load_config
 from apertus.tokenize.phases import PhaseDataset
+from apertus.train.run_spec import BatchRampSpec, CheckpointSpec, LRSpec
 from apertus.train.schedule import BatchRamp
 from apertus.train.stage import cooldown_steps, phase_steps, run_spec, unigram_entropy
 from tests.train.test_torchtitan import build_phase
@@ -53,25 +54,25 @@ def test_phases_share_one_schedule_and_long_context_starts_fresh(phases):
     assert tokens_seen > 10_000  # the switch happened
     first = run_spec(cfg, "phase1", phases, None)
     second = run_spec(cfg, "phase2", phases, {"final_checkpoint": "/ckpt/step-1"})
-    assert first["steps"] == steps[0] and second["steps"] == sum(steps)
-    assert first["batch_ramp"] == second["batch_ramp"] == cfg["batch_ramp"]
+    assert first.steps == steps[0] and second.steps == sum(steps)
+    assert first.batch_ramp == second.batch_ramp == BatchRampSpec(**cfg["batch_ramp"])
     for spec in (first, second):
-        assert spec["lr"]["total_steps"] == sum(steps)
+        assert spec.lr.total_steps == sum(steps)
         # The cooldown covers the last 20% of the sequences: steps of 16 at the end.
         sequences = 8 * switch + 16 * (sum(steps) - switch)
-        assert spec["lr"]["decay_steps"] == math.floor(cfg["lr"]["decay_fraction"] * sequences / 16)
-    assert first["checkpoint"]["initial"] is None
-    assert second["checkpoint"] == {
-        "interval": cfg["checkpoint_interval"],
-        "initial": "/ckpt/step-1",
-        "initial_mode": "continue",
-    }
+        assert spec.lr.decay_steps == math.floor(cfg["lr"]["decay_fraction"] * sequences / 16)
+    assert first.checkpoint.initial is None
+    assert second.checkpoint == CheckpointSpec(
+        interval=cfg["checkpoint_interval"],
+        initial="/ckpt/step-1",
+        initial_mode="continue",
+    )
     stage = cfg["long_context"][0]
     long = run_spec(cfg, stage["name"], phases, {"final_checkpoint": "/ckpt/step-2"})
-    assert long["checkpoint"]["initial_mode"] == "weights"
-    assert long["lr"] == {"kind": "constant", "peak": stage["lr"], "warmup_steps": 5}
-    assert long["model_overrides"] == {"rope_theta": stage["rope_theta"], "max_seq_len": 256}
-    assert long["global_batch"] % long["micro_batch"] == 0
+    assert long.checkpoint.initial_mode == "weights"
+    assert long.lr == LRSpec(kind="constant", peak=stage["lr"], warmup_steps=5)
+    assert long.model_overrides == {"rope_theta": stage["rope_theta"], "max_seq_len": 256}
+    assert long.global_batch % long.micro_batch == 0
     with pytest.raises(ApertusError, match="needs the previous stage"):
         run_spec(cfg, stage["name"], phases, None)
     with pytest.raises(ApertusError, match="no pretraining phase or long-context stage"):

@@ -27,13 +27,10 @@ import pytest
 import torch
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor
-from apertus.train.config_registry import checkpoint_steps, load_run_spec, preflight
-from apertus.train.torchtitan_spec import (
-    parallelize_apertus,
-    read_metrics,
-    tensor_parallel_problems,
-)
+from apertus.model.flavors import flavor
+from apertus.model.parallelize import parallelize_apertus, tensor_parallel_problems
+from apertus.train.metrics import read_metrics
+from apertus.train.run_spec import checkpoint_steps, load_run_spec, preflight
 from tests.train.test_torchtitan import (
     REPO,
     build_phase,

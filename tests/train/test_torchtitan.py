@@ -27,28 +27,22 @@ import torch
 import torch.nn.functional as F
 
 from apertus.core import ApertusError
-from apertus.model.config_registry import flavor
+from apertus.model.flavors import flavor
 from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
 from apertus.tokenize.shards import write_document_languages
 from apertus.train.ademamix import AdEMAMix, param_groups
-from apertus.train.config_registry import (
-    STOP_AT_ENV,
-    checkpoint_steps,
-    load_run_spec,
-    resolve_initial_checkpoint,
-    trainer_config,
-)
-from apertus.train.dataloader import PhaseDataLoader, PhaseVocabulary
+from apertus.train.checkpoint import assert_finite_parameters
+from apertus.train.config_registry import trainer_config
+from apertus.train.dataloader import PhaseDataLoader
+from apertus.train.early_stop import STOP_AT_ENV
 from apertus.train.goldfish import goldfish_mask
 from apertus.train.launch import STOPPED, _divergence_message, torchrun_command
+from apertus.train.lr_scheduler import RecipeLRSchedulers
+from apertus.train.metrics import read_metrics
+from apertus.train.optimizer import AdEMAMixOptimizers, ademamix_optimizer
+from apertus.train.pretokenized import PretokenizedVocabulary
+from apertus.train.run_spec import checkpoint_steps, load_run_spec, resolve_initial_checkpoint
 from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
-from apertus.train.torchtitan_spec import (
-    AdEMAMixOptimizers,
-    RecipeLRSchedulers,
-    ademamix_optimizer,
-    assert_finite_parameters,
-    read_metrics,
-)
 
 REPO = Path(__file__).resolve().parents[2]
 BOS, EOS, VOCAB = 1, 2, 256
@@ -713,7 +707,7 @@ def test_token_outside_the_vocabulary_is_an_error_naming_the_window(tmp_path):
 
 
 def test_phase_vocabulary_stands_in_for_the_tokenizer(phase):
-    vocabulary = PhaseVocabulary(tokenizer_path=str(phase))
+    vocabulary = PretokenizedVocabulary(tokenizer_path=str(phase))
     assert (vocabulary.get_vocab_size(), vocabulary.eos_id) == (VOCAB, EOS)
     with pytest.raises(ApertusError, match="token ids only"):
         vocabulary.encode("text")

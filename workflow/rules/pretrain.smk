@@ -2,17 +2,13 @@
 # continuing the previous one, then the long-context stages; torchtitan under torchrun.
 # Code: apertus/model/, apertus/train/. Config: `pretrain:` (config/README.md). Tests: tests/train/.
 
+from apertus.train.plan import pretrain_stages
+
 PRETRAIN = config["pretrain"]
-PRETRAIN_STAGES = PRETRAIN["phases"] + [
-    stage["name"] for stage in PRETRAIN["long_context"]
-]
-# Each stage starts from the one before it; the first phase from a fresh model.
-PRETRAIN_PREVIOUS = dict(zip(PRETRAIN_STAGES, [None, *PRETRAIN_STAGES[:-1]]))
-# Nodes of each stage's job: `pretrain.nnodes`, or a long-context stage's own `nnodes`.
-PRETRAIN_NODES = {phase: PRETRAIN["nnodes"] for phase in PRETRAIN["phases"]} | {
-    stage["name"]: stage.get("nnodes", PRETRAIN["nnodes"])
-    for stage in PRETRAIN["long_context"]
-}
+# Which stage follows which, and each stage's nodes: apertus.train.plan, shared with the
+# stage code.
+PRETRAIN_PLAN = {stage.name: stage for stage in pretrain_stages(PRETRAIN)}
+PRETRAIN_STAGES = list(PRETRAIN_PLAN)
 # A phase depends on every key but the long-context stages; those depend on all of them.
 PRETRAIN_PHASE_KEYS = [key for key in PRETRAIN if key != "long_context"]
 
@@ -24,8 +20,8 @@ rule pretrain_stage:
             phase=[phase["name"] for phase in config["tokenize"]["phases"]],
         ),
         previous=lambda wildcards: (
-            [stage_path("pretrain", PRETRAIN_PREVIOUS[wildcards.stage])]
-            if PRETRAIN_PREVIOUS[wildcards.stage]
+            [stage_path("pretrain", PRETRAIN_PLAN[wildcards.stage].previous)]
+            if PRETRAIN_PLAN[wildcards.stage].previous
             else []
         ),
     output:
@@ -43,14 +39,14 @@ rule pretrain_stage:
     resources:
         **{
             key: lambda wildcards, key=key: stage_job_resources(
-                "pretrain", PRETRAIN_NODES[wildcards.stage]
+                "pretrain", PRETRAIN_PLAN[wildcards.stage].nnodes
             )[key]
             for key in stage_job_resources("pretrain")
         },
     params:
         config=lambda wildcards: (
             stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
-            if wildcards.stage in PRETRAIN["phases"]
+            if PRETRAIN_PLAN[wildcards.stage].kind == "phase"
             else stage_config("pretrain")
         ),
         phases_root=lambda wildcards, input: os.path.dirname(input.phases[0]),

@@ -1,0 +1,626 @@
+"""The run spec: one training run (a pretraining phase, a long-context stage or SFT), typed.
+
+The stages build a `RunSpec` (`apertus.train.stage.run_spec`, `apertus.posttrain.sft.sft_run_spec`)
+and write it as ``spec.json``; every reader (the launcher, the torchtitan entry module
+`apertus.train.config_registry`, the memorization evaluation) reads it back with
+`load_run_spec`. Each part checks itself on construction and names the key it refuses
+(``lr.peak must be a number >= 0``), so a bad spec never reaches torchrun. No torch here: the
+launcher and the Snakemake side import this module.
+
+``spec.json`` (relative paths are taken from the working directory)::
+
+    {
+      "flavor": "tiny",                       # apertus.model.flavors.FLAVORS
+      "model_overrides": {"rope_theta": 1e6, "max_seq_len": 8192},
+      "phase_dir": "results/run/tokenize/phases/phase1",
+      "seq_len": 4096, "micro_batch": 1, "global_batch": 1024, "steps": 1000,
+      "batch_ramp": {"global_batch": 2048, "at_tokens": 7038000000000},
+      "lr": {"kind": "wsd", "peak": 1.1e-4, "warmup_steps": 100, "decay_steps": 200,
+             "min_lr_ratio": 0.1, "warmup_start": 0.0},
+      "ademamix": {"betas": [0.9, 0.999, 0.9999], "alpha": 8.0, "t_alpha": 100000,
+                   "t_beta3": 100000, "eps": 1e-8, "weight_decay": 0.1},
+      "grad_clip": 0.1,
+      "goldfish": {"enabled": true, "k": 50, "h": 50},
+      "checkpoint": {"folder": "ckpt", "interval": 500, "initial": null, "keep_latest": 0},
+      "metrics_folder": "out",                # torchtitan's dump folder; metrics.jsonl, tb/
+      "tensorboard": false,
+      "seed": 0, "dtype": "float32", "compile": false, "device": "auto",
+      "activation_checkpoint": "none",
+      "tensor_parallel": 1                    # TP degree; world_size / it ranks do FSDP
+    }
+
+Only `flavor`, `phase_dir` (or `sft_data`), `seq_len`, `micro_batch`, `global_batch`, `steps`
+and `lr.peak` are required; everything else has the recipe's pretraining value (AdEMAMix betas
+0.9/0.999/0.9999, alpha 8, T = 100k, eps 1e-8, wd 0.1; clip 0.1; Goldfish on, k = h = 50; no
+batch ramp; no tensor parallelism; checkpoints in ``ckpt`` and metrics in ``out``, which the
+stages place in their work directory). `batch_ramp` switches the global batch to its
+`global_batch` at the first step that starts with `at_tokens` tokens seen (seq_len tokens per
+sequence, counted from step 0 of the schedule, so a continued phase keeps the count; RECIPE.md
+§4); `steps` then counts steps of either size. `dtype` is the FSDP compute dtype of the
+parameters (weights, gradient reductions and optimizer state stay float32: BF16 with fp32
+master weights). `device` "auto" takes CUDA when present. `checkpoint.initial` starts a new
+stage: the weights of that checkpoint (a ``step-N`` directory, or a checkpoint folder whose last
+step is taken) with a fresh optimizer, data position and schedule (``initial_mode: weights``,
+the long-context stages and SFT), or the previous run's optimizer, schedule and step count with
+fresh data (``continue``, the next pretraining phase); it is ignored once the run's own folder
+holds a checkpoint, so a restarted stage resumes from its own last step. `tensor_parallel`
+splits every block over that many ranks (`apertus.model.parallelize.apply_tensor_parallel`;
+heads, kv heads, MLP hidden units and vocabulary must divide by it); the world_size /
+tensor_parallel data-parallel ranks share out the global batch. Checkpoints hold whole tensors,
+so a run can resume with another layout.
+
+Supervised fine-tuning (RECIPE.md §7): `sft_data` instead of `phase_dir` names a directory
+written by `apertus.posttrain.sft_data`; the run then reads one conversation per row with
+completion-only labels (`apertus.train.sft_loader.SFTDataLoader`), shuffled per epoch with
+`seed`, over `sft_epochs` passes (default 1; `steps * global_batch` must not exceed the rows
+times the epochs); `seq_len` must be the data's `max_len`, Goldfish must be off. The recipe's
+SFT values (linear LR, AdEMAMix beta3 0.999 and T = steps, no weight decay, clip 1.0) are set by
+`apertus.posttrain.sft.sft_run_spec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from apertus.core import ApertusError
+from apertus.core.files import atomic_write_json
+from apertus.posttrain.sft_data import read_sft_record
+from apertus.tokenize.phases import read_phase_record
+from apertus.train.schedule import BatchRamp
+
+__all__ = [
+    "SPEC_ENV",
+    "AdEMAMixSpec",
+    "BatchRampSpec",
+    "CheckpointSpec",
+    "GoldfishSpec",
+    "LRSpec",
+    "Preflight",
+    "RunSpec",
+    "check_tensor_parallel_shape",
+    "checkpoint_steps",
+    "load_run_spec",
+    "preflight",
+    "resolve_initial_checkpoint",
+]
+
+SPEC_ENV = "APERTUS_TRAIN_SPEC"
+"""Names the spec.json torchtitan's trainer runs (the launcher sets it)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ApertusError(message)
+
+
+@dataclass(frozen=True)
+class LRSpec:
+    """The LR schedule (RECIPE.md §4, §6, §7): "wsd" or "constant" after a linear warmup, or
+    "linear" (warmup, then linear decay to 0; SFT)."""
+
+    peak: float
+    kind: str = "wsd"
+    warmup_steps: int = 0
+    decay_steps: int = 0
+    min_lr_ratio: float = 0.1
+    warmup_start: float = 0.0
+    total_steps: int | None = None
+    """Horizon of the schedule when it spans several runs (pretraining phases continue one
+    WSD schedule); None = this run's `steps`."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.kind in ("wsd", "constant", "linear"),
+            "lr.kind must be 'wsd' or 'constant' (pretraining) or 'linear' (SFT), got "
+            f"{self.kind!r}",
+        )
+        _check(
+            _is_number(self.peak) and self.peak >= 0,
+            f"lr.peak must be a number >= 0, got {self.peak!r}",
+        )
+        for name in ("warmup_steps", "decay_steps"):
+            value = getattr(self, name)
+            _check(_is_int(value) and value >= 0, f"lr.{name} must be an integer >= 0")
+        for name in ("min_lr_ratio", "warmup_start"):
+            value = getattr(self, name)
+            _check(_is_number(value) and 0 <= value <= 1, f"lr.{name} must be in [0, 1]")
+        _check(
+            self.total_steps is None or _is_int(self.total_steps),
+            f"lr.total_steps must be an integer or null, got {self.total_steps!r}",
+        )
+        if self.kind == "linear":
+            _check(
+                self.decay_steps == 0,
+                "lr.decay_steps applies to 'wsd' only; 'linear' decays from the end of the "
+                "warmup to 0 at the end of the schedule",
+            )
+
+
+@dataclass(frozen=True)
+class AdEMAMixSpec:
+    """AdEMAMix hyper-parameters; defaults are pretraining's (RECIPE.md §3)."""
+
+    betas: tuple[float, float, float] = (0.9, 0.999, 0.9999)
+    alpha: float = 8.0
+    t_alpha: int | None = 100_000
+    t_beta3: int | None = 100_000
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+
+    def __post_init__(self) -> None:
+        betas = self.betas
+        _check(
+            isinstance(betas, list | tuple)
+            and len(betas) == 3
+            and all(_is_number(b) and 0 <= b < 1 for b in betas),
+            f"ademamix.betas must be three numbers in [0, 1), got {betas!r}",
+        )
+        object.__setattr__(self, "betas", tuple(betas))
+        for name in ("t_alpha", "t_beta3"):
+            value = getattr(self, name)
+            _check(
+                value is None or (_is_int(value) and value > 0),
+                f"ademamix.{name} must be a positive integer or null",
+            )
+        for name in ("alpha", "eps", "weight_decay"):
+            value = getattr(self, name)
+            _check(_is_number(value) and value >= 0, f"ademamix.{name} must be a number >= 0")
+
+
+@dataclass(frozen=True)
+class GoldfishSpec:
+    """Goldfish loss (RECIPE.md §2): on in pretraining and long-context stages."""
+
+    enabled: bool = True
+    k: int = 50
+    h: int = 50
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.enabled, bool), "goldfish.enabled must be true or false")
+        _check(
+            _is_int(self.k) and self.k >= 1 and _is_int(self.h) and self.h >= 1,
+            "goldfish.k and goldfish.h must be integers >= 1",
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """DCP checkpoints: saved every `interval` steps and at the end, resumed automatically;
+    `initial` seeds a new stage; `keep_latest` 0 keeps every checkpoint."""
+
+    folder: str = "ckpt"
+    interval: int = 500
+    initial: str | None = None
+    keep_latest: int = 0
+    initial_mode: str = "weights"
+    """With `initial`: "weights" starts a new stage (fresh optimizer, schedule and data; the
+    long-context stages, SFT), "continue" carries on the previous run's optimizer, schedule and
+    step count with fresh data (the next pretraining phase)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            isinstance(self.folder, str) and bool(self.folder), "checkpoint.folder must be a path"
+        )
+        _check(
+            _is_int(self.interval) and self.interval >= 1,
+            "checkpoint.interval must be an integer >= 1",
+        )
+        _check(
+            _is_int(self.keep_latest) and (self.keep_latest == 0 or self.keep_latest >= 2),
+            "checkpoint.keep_latest must be 0 (keep all) or >= 2",
+        )
+        _check(
+            self.initial is None or isinstance(self.initial, str),
+            "checkpoint.initial must be a path or null",
+        )
+        _check(
+            self.initial_mode in ("weights", "continue"),
+            f"checkpoint.initial_mode must be 'weights' or 'continue', got {self.initial_mode!r}",
+        )
+
+
+@dataclass(frozen=True)
+class BatchRampSpec:
+    """The global batch from the step that starts with `at_tokens` tokens seen (RECIPE.md §4)."""
+
+    global_batch: int
+    at_tokens: int
+
+    def __post_init__(self) -> None:
+        _check(
+            _is_int(self.at_tokens) and self.at_tokens >= 0,
+            f"batch_ramp.at_tokens must be an integer >= 0, got {self.at_tokens!r}",
+        )
+
+    @staticmethod
+    def ramp(ramp: BatchRampSpec | None, *, seq_len: int, global_batch: int) -> BatchRamp:
+        """The global batch of every step: `global_batch` sequences of `seq_len` tokens, then
+        `ramp`'s from its token count on (constant without a ramp)."""
+        if ramp is None:
+            return BatchRamp.constant(global_batch)
+        return BatchRamp.at_tokens(
+            seq_len=seq_len,
+            start_batch=global_batch,
+            batch=ramp.global_batch,
+            tokens=ramp.at_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run (see the module doc). Exactly one of `phase_dir` and `sft_data` names
+    the data."""
+
+    flavor: str
+    seq_len: int
+    micro_batch: int
+    global_batch: int
+    steps: int
+    lr: LRSpec
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    metrics_folder: str = "out"
+    phase_dir: str | None = None
+    """A data phase (apertus.tokenize.phases): pretraining and long-context stages."""
+    sft_data: str | None = None
+    """An SFT data directory (apertus.posttrain.sft_data): supervised fine-tuning."""
+    sft_epochs: int = 1
+    """Passes over the SFT rows (RECIPE.md §7: 1)."""
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    ademamix: AdEMAMixSpec = field(default_factory=AdEMAMixSpec)
+    grad_clip: float = 0.1
+    goldfish: GoldfishSpec = field(default_factory=GoldfishSpec)
+    tensorboard: bool = False
+    seed: int = 0
+    dtype: str = "float32"
+    compile: bool = False
+    device: str = "auto"
+    activation_checkpoint: str = "none"
+    batch_ramp: BatchRampSpec | None = None
+    tensor_parallel: int = 1
+    """Tensor-parallel degree: each block's heads, MLP hidden units and the vocabulary are
+    split over this many ranks; the ranks divide into world_size / tensor_parallel
+    data-parallel (FSDP) groups, which share out the batch."""
+
+    def __post_init__(self) -> None:
+        for name in ("flavor", "metrics_folder"):
+            value = getattr(self, name)
+            _check(isinstance(value, str) and bool(value), f"{name} must be a non-empty string")
+        _check(
+            (self.phase_dir is None) != (self.sft_data is None),
+            "give exactly one of phase_dir (pretraining data) and sft_data (SFT data)",
+        )
+        for name in ("phase_dir", "sft_data"):
+            value = getattr(self, name)
+            _check(
+                value is None or (isinstance(value, str) and bool(value)),
+                f"{name} must be a non-empty string or null",
+            )
+        _check(
+            _is_int(self.sft_epochs) and self.sft_epochs >= 1,
+            f"sft_epochs must be a positive integer, got {self.sft_epochs!r}",
+        )
+        if self.sft_data is not None:
+            _check(
+                not self.goldfish.enabled,
+                "goldfish is not applied to SFT data (RECIPE.md §2, §7); set goldfish.enabled "
+                "false",
+            )
+        else:
+            _check(self.sft_epochs == 1, "sft_epochs applies to sft_data only")
+        for name in ("seq_len", "micro_batch", "global_batch", "steps"):
+            value = getattr(self, name)
+            _check(
+                _is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}"
+            )
+        _check(
+            self.global_batch % self.micro_batch == 0,
+            f"global_batch {self.global_batch} is not a multiple of micro_batch {self.micro_batch}",
+        )
+        ramp = self.batch_ramp
+        if ramp is not None:
+            _check(
+                _is_int(ramp.global_batch) and ramp.global_batch % self.micro_batch == 0,
+                f"batch_ramp.global_batch must be a multiple of micro_batch {self.micro_batch}, "
+                f"got {ramp.global_batch!r}",
+            )
+        _check(isinstance(self.model_overrides, dict), "model_overrides must be an object")
+        self._check_schedule()
+        _check(_is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip must be > 0")
+        _check(_is_int(self.seed) and self.seed >= 0, "seed must be an integer >= 0")
+        _check(
+            self.dtype in ("float32", "bfloat16"),
+            f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}",
+        )
+        _check(isinstance(self.compile, bool), "compile must be true or false")
+        _check(isinstance(self.tensorboard, bool), "tensorboard must be true or false")
+        _check(
+            self.device in ("auto", "cpu", "cuda"),
+            f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}",
+        )
+        _check(
+            self.activation_checkpoint in ("none", "full", "selective"),
+            "activation_checkpoint must be 'none', 'full' or 'selective'",
+        )
+        _check(
+            _is_int(self.tensor_parallel) and self.tensor_parallel >= 1,
+            f"tensor_parallel must be an integer >= 1, got {self.tensor_parallel!r}",
+        )
+
+    def _check_schedule(self) -> None:
+        lr = self.lr
+        horizon = self.horizon
+        _check(
+            horizon >= self.steps,
+            f"lr.total_steps must be an integer >= steps ({self.steps}), got {lr.total_steps!r}",
+        )
+        if lr.kind == "wsd":
+            _check(
+                lr.warmup_steps + lr.decay_steps <= horizon,
+                f"lr.warmup_steps + lr.decay_steps ({lr.warmup_steps} + {lr.decay_steps}) "
+                f"exceed the schedule's {horizon} steps",
+            )
+        if lr.kind == "linear":
+            _check(
+                lr.warmup_steps <= horizon,
+                f"lr.warmup_steps ({lr.warmup_steps}) exceed the schedule's {horizon} steps",
+            )
+
+    @property
+    def horizon(self) -> int:
+        """Steps of the LR schedule (`lr.total_steps`, or this run's `steps`)."""
+        return self.steps if self.lr.total_steps is None else self.lr.total_steps
+
+    def ramp(self) -> BatchRamp:
+        """The global batch of every step (constant without `batch_ramp`)."""
+        return BatchRampSpec.ramp(
+            self.batch_ramp, seq_len=self.seq_len, global_batch=self.global_batch
+        )
+
+    def first_step(self) -> int:
+        """The step this run starts after: a continued run (``initial_mode: continue``) starts
+        at its initial checkpoint's step (read from the ``step-N`` name; a checkpoint folder is
+        resolved to its last step), any other run at 0."""
+        ckpt = self.checkpoint
+        if ckpt.initial is None or ckpt.initial_mode != "continue":
+            return 0
+        match = _STEP_DIR.match(Path(ckpt.initial).name)
+        if match is None:
+            match = _STEP_DIR.match(resolve_initial_checkpoint(ckpt.initial).name)
+        return int(match.group(1)) if match else 0
+
+    def placed(self, work: Path) -> RunSpec:
+        """This spec with its checkpoints in ``work/ckpt`` and its metrics in ``work/out``."""
+        return replace(
+            self,
+            checkpoint=replace(self.checkpoint, folder=str(work / "ckpt")),
+            metrics_folder=str(work / "out"),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec as spec.json holds it (`from_dict` reads it back to an equal spec)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "run spec") -> RunSpec:
+        """A spec from its JSON form; an ApertusError names `where` and the bad key."""
+        return _build(cls, data, where)
+
+
+def _build(cls: type, data: Any, where: str, root: str | None = None) -> Any:
+    """`cls` (a spec dataclass) from a JSON object: nested spec objects built in turn, unknown
+    and missing keys refused naming their path `where`; the checks' own messages name their
+    key and are prefixed with `root` (the top-level `where`)."""
+    root = where if root is None else root
+    if not isinstance(data, dict):
+        raise ApertusError(f"{where}: expected an object, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ApertusError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    missing = [
+        name
+        for name, f in known.items()
+        if name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ApertusError(f"{where}: missing required key(s) {missing}")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, value in data.items():
+        nested = _spec_class(hints[name])
+        if nested is not None and value is not None:
+            value = _build(nested, value, f"{where}.{name}", root)
+        values[name] = value
+    try:
+        return cls(**values)
+    except ApertusError as e:
+        raise ApertusError(f"{root}: {e}") from None
+
+
+def _spec_class(hint: Any) -> type | None:
+    """The spec dataclass a field holds (``X`` or ``X | None``), or None."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return next((o for o in options if dataclasses.is_dataclass(o)), None)
+
+
+def load_run_spec(path: str | os.PathLike[str]) -> RunSpec:
+    """Read and check a spec.json; every problem is an ApertusError naming the file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ApertusError(f"run spec {path} not found") from None
+    except (OSError, ValueError) as e:
+        raise ApertusError(f"run spec {path}: unreadable: {e}") from None
+    return RunSpec.from_dict(data, f"run spec {path}")
+
+
+def write_run_spec(path: str | os.PathLike[str], spec: RunSpec) -> Path:
+    """Write `spec` as JSON to `path` (atomically)."""
+    return atomic_write_json(path, spec.as_dict())
+
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
+    """Complete DCP checkpoints in a checkpoint folder: step -> ``step-N`` directory (one with
+    DCP's ``.metadata``, which is written last)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for child in folder.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / ".metadata").is_file():
+            found[int(match.group(1))] = child
+    return dict(sorted(found.items()))
+
+
+def resolve_initial_checkpoint(path: str | os.PathLike[str]) -> Path:
+    """A ``step-N`` directory, or the last complete step of a checkpoint folder, as an absolute
+    path (torchtitan requires one)."""
+    path = Path(path).absolute()
+    if (path / ".metadata").is_file():
+        return path
+    steps = checkpoint_steps(path)
+    if not steps:
+        raise ApertusError(
+            f"checkpoint.initial {path}: neither a DCP checkpoint (no .metadata) nor a folder "
+            "holding step-N checkpoints"
+        )
+    return steps[max(steps)]
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What `preflight` found: the data's record (a phase's phase.json, or an SFT directory's
+    sft.json) and the initial checkpoint to load (if any)."""
+
+    phase_dir: Path | None
+    phase: dict[str, Any] | None
+    initial_checkpoint: Path | None
+    sft_data: Path | None = None
+    sft: dict[str, Any] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        """The run's data directory (the phase or the SFT data)."""
+        directory = self.sft_data if self.sft_data is not None else self.phase_dir
+        assert directory is not None
+        return directory
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the data was written with."""
+        record = self.sft if self.sft is not None else self.phase
+        assert record is not None
+        return int(record["vocab_size"])
+
+
+def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
+    """The checks before any rank starts: the phase exists and holds the run's windows (SFT:
+    the SFT data exists, was made for `seq_len`, and its rows times `sft_epochs` cover the
+    run's sequences), the ranks split into `tensor_parallel` groups whose heads, MLP and
+    vocabulary divide by it, the global batch splits over the world_size / tensor_parallel
+    data-parallel ranks, and `checkpoint.initial` names a checkpoint (only looked at while the
+    run's own folder holds none). The launcher runs them before torchrun. Only the
+    tensor-parallel shape check imports torch (the model flavors), and only when
+    `tensor_parallel` > 1.
+
+    A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
+    its own data from the start, so it needs windows for the steps after that one only.
+    """
+    sft_dir = sft = phase_dir = record = None
+    if spec.sft_data is not None:
+        sft_dir = Path(spec.sft_data).absolute()
+        sft = read_sft_record(sft_dir)
+        if sft["max_len"] != spec.seq_len:
+            raise ApertusError(
+                f"{sft_dir}: rows were made for max_len {sft['max_len']}, the run's seq_len is "
+                f"{spec.seq_len}; they must be equal"
+            )
+    else:
+        assert spec.phase_dir is not None
+        phase_dir = Path(spec.phase_dir).absolute()
+        record = read_phase_record(phase_dir)
+    tp = spec.tensor_parallel
+    if world_size % tp:
+        raise ApertusError(
+            f"tensor_parallel {tp} does not divide the {world_size} rank(s) of the run"
+        )
+    if tp > 1:
+        check_tensor_parallel_shape(spec, tp)
+    data_parallel = world_size // tp
+    per_step = spec.micro_batch * data_parallel
+    ramp = spec.ramp()
+    for batch in sorted({ramp.start_batch, ramp.batch}):
+        if batch % per_step:
+            ranks = f"{data_parallel} rank(s)"
+            if tp > 1:
+                ranks = (
+                    f"{data_parallel} data-parallel rank(s) ({world_size} ranks / "
+                    f"tensor_parallel {tp})"
+                )
+            raise ApertusError(
+                f"global batch {batch} is not divisible by micro_batch {spec.micro_batch} x {ranks}"
+            )
+    initial = None
+    if spec.checkpoint.initial is not None and not checkpoint_steps(
+        Path(spec.checkpoint.folder).absolute()
+    ):
+        initial = resolve_initial_checkpoint(spec.checkpoint.initial)
+    first_step = spec.first_step()
+    if first_step >= spec.steps:
+        raise ApertusError(
+            f"steps {spec.steps} must exceed the continued checkpoint's step {first_step}"
+        )
+    needed = ramp.sequences(first_step, spec.steps)
+    if sft is not None:
+        samples = sft["examples"] * spec.sft_epochs
+        if samples < needed:
+            raise ApertusError(
+                f"{sft_dir}: {sft['examples']} rows x {spec.sft_epochs} epoch(s) = {samples} "
+                f"samples, the run needs {needed} sequences for steps {first_step + 1}-"
+                f"{spec.steps}; lower steps or global_batch, or raise sft_epochs"
+            )
+        return Preflight(None, None, initial, sft_dir, sft)
+    assert record is not None
+    windows = record["tokens_planned"] // (spec.seq_len + 1)
+    if windows < needed:
+        raise ApertusError(
+            f"{phase_dir}: {windows} windows of {spec.seq_len + 1} tokens, the run needs "
+            f"{needed} sequences for steps {first_step + 1}-{spec.steps}"
+        )
+    return Preflight(phase_dir, record, initial)
+
+
+def check_tensor_parallel_shape(spec: RunSpec, tp: int) -> None:
+    """The flavor (with its overrides) splits into `tp` tensor-parallel ranks, or an
+    ApertusError naming the spec keys and the numbers that do not divide."""
+    from apertus.model.flavors import flavor
+    from apertus.model.parallelize import tensor_parallel_problems
+
+    problems = tensor_parallel_problems(flavor(spec.flavor, **spec.model_overrides), tp)
+    if problems:
+        raise ApertusError(
+            f"tensor_parallel {tp} does not fit flavor {spec.flavor!r}: " + "; ".join(problems)
+        )
