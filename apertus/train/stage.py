@@ -120,9 +120,7 @@ def run_spec(
         raise ApertusError(f"{kind} {name!r} needs the previous stage's weights")
     # The settings the `pretrain:` config and the run spec share by name go across as they are
     # (a new one needs no line here); the rest is each stage's own.
-    spec: dict[str, Any] = {
-        name: cfg[name] for name in _RUN_SPEC_FIELDS - _PER_STAGE if name in cfg
-    }
+    spec: dict[str, Any] = {key: cfg[key] for key in _RUN_SPEC_FIELDS - _PER_STAGE if key in cfg}
     spec["tensorboard"] = True
     spec["checkpoint"] = {
         "interval": cfg["checkpoint_interval"],
