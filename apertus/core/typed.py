@@ -41,6 +41,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from apertus.core import ApertusError
 from apertus.core.config import ConfigError, apply_defaults, load_schema, resolve_ref
 
 T = TypeVar("T")
@@ -74,7 +75,8 @@ class _WrongType(Exception):
         self.path, self.expected, self.value = path, expected, value
 
     def error(self) -> ConfigError:
-        return ConfigError(f"{self.path} must be {self.expected}, got {self.value!r}")
+        what = self.path or "the record"
+        return ConfigError(f"{what} must be {self.expected}, got {self.value!r}")
 
 
 class Config:
@@ -135,6 +137,30 @@ def typed(
         raise e.error() from None
 
 
+def build(cls: type[T], data: Any, *, label: str) -> T:
+    """`data`, a whole JSON record that is not a config subtree (a training run's spec.json),
+    as `cls`, converted as `typed` converts a subtree but with no schema: the dataclass's own
+    defaults fill missing keys. Key paths in errors start at the record's root (``lr.peak``);
+    every error, the classes' own ``__post_init__`` checks included, is an ApertusError
+    prefixed with `label` (``run spec results/.../spec.json``)."""
+    try:
+        return _convert(cls, data, "")
+    except _WrongType as e:
+        raise ConfigError(f"{label}: {e.error()}") from None
+    except ApertusError as e:
+        raise ConfigError(f"{label}: {e}") from None
+
+
+def _key(path: str, key: Any) -> str:
+    """The key path of `key` inside the mapping at `path` ("" is the root)."""
+    return f"{path}.{key}" if path else str(key)
+
+
+def _at(path: str) -> str:
+    """The prefix naming where a mapping's error is ("" at the root)."""
+    return f"{path}: " if path else ""
+
+
 def subschema(root: dict[str, Any], where: str) -> dict[str, Any]:
     """The schema of the subtree at key path `where` (``[N]`` or ``[]``: a list's items)."""
     node: dict[str, Any] = root
@@ -186,7 +212,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is dict or origin in (dict, Mapping):
         args = typing.get_args(tp)
         item = args[1] if args else Any
-        return {k: _convert(item, v, f"{path}.{k}") for k, v in value.items()}
+        return {k: _convert(item, v, _key(path, k)) for k, v in value.items()}
     return value  # a leaf or a Literal, checked by _has_shape
 
 
@@ -262,9 +288,9 @@ def _build(cls: type, value: Mapping[str, Any], path: str) -> Any:
         named = []
         for key in unknown:
             hint = difflib.get_close_matches(str(key), known, n=1)
-            named.append(f"'{path}.{key}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
+            named.append(f"'{_key(path, key)}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
         raise ConfigError(
-            f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+            f"{_at(path)}unknown key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
             f"allowed: {', '.join(sorted(known))}"
         )
     missing = [
@@ -277,8 +303,8 @@ def _build(cls: type, value: Mapping[str, Any], path: str) -> Any:
     ]
     if missing:
         raise ConfigError(
-            f"{path}: missing key{'s' if len(missing) > 1 else ''} "
-            + ", ".join(f"'{path}.{name}'" for name in missing)
+            f"{_at(path)}missing key{'s' if len(missing) > 1 else ''} "
+            + ", ".join(f"'{_key(path, name)}'" for name in missing)
         )
     types_ = _field_types(cls)
-    return cls(**{key: _convert(types_[key], item, f"{path}.{key}") for key, item in value.items()})
+    return cls(**{key: _convert(types_[key], item, _key(path, key)) for key, item in value.items()})

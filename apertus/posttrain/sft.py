@@ -16,26 +16,44 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.core.typed import Config
 from apertus.posttrain.sft_data import read_sft_record
 from apertus.train.run_spec import AdEMAMixSpec, CheckpointSpec, GoldfishSpec, LRSpec, RunSpec
 
 NAME = "sft"
 
 
-def sft_run_spec(cfg: dict[str, Any], sft_dir: Path, previous: dict[str, Any]) -> RunSpec:
+@dataclass(frozen=True)
+class SFTTrainingConfig(Config, key="posttrain.sft"):
+    """The ``posttrain.sft`` section (config/README.md); the recipe's fixed SFT values are
+    `sft_run_spec`'s."""
+
+    micro_batch: int
+    global_batch: int
+    epochs: int
+    lr: float
+    warmup_ratio: float
+    grad_clip: float
+    checkpoint_interval: int
+    nproc: int
+    seed: int
+
+
+def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]) -> RunSpec:
     """The torchtitan run spec of SFT (`posttrain.sft` config, the data's record, the previous
     stage's run.json)."""
     record = read_sft_record(sft_dir)
-    steps = record["examples"] * cfg["epochs"] // cfg["global_batch"]
+    steps = record["examples"] * cfg.epochs // cfg.global_batch
     if steps < 1:
         raise ApertusError(
-            f"{sft_dir}: {record['examples']} conversations x {cfg['epochs']} epoch(s) are fewer "
-            f"than one global batch of {cfg['global_batch']}"
+            f"{sft_dir}: {record['examples']} conversations x {cfg.epochs} epoch(s) are fewer "
+            f"than one global batch of {cfg.global_batch}"
         )
     overrides = dict(previous["model_overrides"])
     overrides["max_seq_len"] = max(overrides.get("max_seq_len", 0), record["max_len"])
@@ -43,24 +61,22 @@ def sft_run_spec(cfg: dict[str, Any], sft_dir: Path, previous: dict[str, Any]) -
         flavor=previous["flavor"],
         model_overrides=overrides,
         sft_data=str(sft_dir),
-        sft_epochs=cfg["epochs"],
+        sft_epochs=cfg.epochs,
         seq_len=record["max_len"],
-        micro_batch=math.gcd(cfg["micro_batch"], cfg["global_batch"]),
-        global_batch=cfg["global_batch"],
+        micro_batch=math.gcd(cfg.micro_batch, cfg.global_batch),
+        global_batch=cfg.global_batch,
         steps=steps,
-        lr=LRSpec(
-            kind="linear", peak=cfg["lr"], warmup_steps=math.ceil(cfg["warmup_ratio"] * steps)
-        ),
+        lr=LRSpec(kind="linear", peak=cfg.lr, warmup_steps=math.ceil(cfg.warmup_ratio * steps)),
         # RECIPE §7: alpha 8, beta3 0.999 in code, T = total steps, no weight decay.
         ademamix=AdEMAMixSpec(
             betas=(0.9, 0.999, 0.999), alpha=8.0, t_alpha=steps, t_beta3=steps, weight_decay=0.0
         ),
-        grad_clip=cfg["grad_clip"],
+        grad_clip=cfg.grad_clip,
         goldfish=GoldfishSpec(enabled=False),
-        seed=cfg["seed"],
+        seed=cfg.seed,
         tensorboard=True,
         checkpoint=CheckpointSpec(
-            interval=cfg["checkpoint_interval"],
+            interval=cfg.checkpoint_interval,
             initial=previous["final_checkpoint"],
             initial_mode="weights",
         ),
@@ -77,7 +93,7 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--work-root", type=Path, required=True)
     args = parser.parse_args(argv)
-    cfg = args.config
+    cfg = SFTTrainingConfig.from_dict(args.config)
     try:
         previous = json.loads((args.previous / "run.json").read_text())
     except (OSError, ValueError) as e:
@@ -86,11 +102,11 @@ def main(argv=None):
     with StepRun(
         "posttrain",
         NAME,
-        cfg,
+        args.config,
         inputs=[args.sft_data, args.previous],
         outputs=[args.output],
         manifest=args.manifest,
-        seed=cfg["seed"],
+        seed=cfg.seed,
     ) as step:
         record = train_and_record(
             step,
@@ -99,7 +115,7 @@ def main(argv=None):
             key_material=[(args.sft_data / "sft.json").read_text(), previous],
             work_root=args.work_root,
             output=args.output,
-            nproc=cfg["nproc"],
+            nproc=cfg.nproc,
         )
         atomic_write_json(args.output / "run.json", record)
         step.summary.update({k: v for k, v in record.items() if k != "model_overrides"})

@@ -2,8 +2,9 @@
 
 One function, `pretrain_stages`, read by both sides: `workflow/rules/pretrain.smk` (the DAG:
 each stage's job depends on the previous stage's output, and runs on its node count) and
-`apertus.train.stage` (the run spec: how the stage starts from the previous weights). No torch
-here: the Snakefile imports it.
+`apertus.train.stage` (the run spec: how the stage starts from the previous weights), both
+from the typed section (`apertus.train.config.PretrainConfig`). No torch here: the Snakefile
+imports it.
 
 The stages, in order:
 - the data phases of ``pretrain.phases``: the first starts from a fresh model; each later one
@@ -16,11 +17,11 @@ The stages, in order:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from apertus.core import ApertusError
+from apertus.train.config import PretrainConfig
 
 __all__ = ["PlannedStage", "pretrain_stages"]
 
@@ -40,19 +41,19 @@ class PlannedStage:
     """Nodes of its job: ``pretrain.nnodes``, or a long-context stage's own ``nnodes``."""
 
 
-def pretrain_stages(cfg: Mapping[str, Any]) -> list[PlannedStage]:
-    """The stages of the ``pretrain:`` config subtree, in training order."""
-    names = list(cfg["phases"]) + [stage["name"] for stage in cfg.get("long_context", [])]
+def pretrain_stages(cfg: PretrainConfig) -> list[PlannedStage]:
+    """The stages of the ``pretrain:`` config section, in training order."""
+    names = [*cfg.phases, *(stage.name for stage in cfg.long_context)]
     if len(set(names)) != len(names):
         duplicated = sorted({n for n in names if names.count(n) > 1})
         raise ApertusError(f"pretrain: stage name(s) {duplicated} appear more than once")
     stages: list[PlannedStage] = []
-    for name in cfg["phases"]:
+    for name in cfg.phases:
         previous = stages[-1].name if stages else None
         start = "continue" if previous else "fresh"
-        stages.append(PlannedStage(name, "phase", previous, start, cfg["nnodes"]))
-    for stage in cfg.get("long_context", []):
+        stages.append(PlannedStage(name, "phase", previous, start, cfg.nnodes))
+    for stage in cfg.long_context:
         previous = stages[-1].name if stages else None
-        nnodes = stage.get("nnodes", cfg["nnodes"])
-        stages.append(PlannedStage(stage["name"], "long_context", previous, "weights", nnodes))
+        nnodes = cfg.nnodes if stage.nnodes is None else stage.nnodes
+        stages.append(PlannedStage(stage.name, "long_context", previous, "weights", nnodes))
     return stages

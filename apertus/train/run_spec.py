@@ -64,14 +64,13 @@ import dataclasses
 import json
 import os
 import re
-import types
-import typing
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json
+from apertus.core.typed import build, is_integer
 from apertus.posttrain.sft_data import read_sft_record
 from apertus.tokenize.phases import read_phase_record
 from apertus.train.schedule import BatchRamp
@@ -94,10 +93,6 @@ __all__ = [
 
 SPEC_ENV = "APERTUS_TRAIN_SPEC"
 """Names the spec.json torchtitan's trainer runs (the launcher sets it)."""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
@@ -136,12 +131,12 @@ class LRSpec:
         )
         for name in ("warmup_steps", "decay_steps"):
             value = getattr(self, name)
-            _check(_is_int(value) and value >= 0, f"lr.{name} must be an integer >= 0")
+            _check(is_integer(value) and value >= 0, f"lr.{name} must be an integer >= 0")
         for name in ("min_lr_ratio", "warmup_start"):
             value = getattr(self, name)
             _check(_is_number(value) and 0 <= value <= 1, f"lr.{name} must be in [0, 1]")
         _check(
-            self.total_steps is None or _is_int(self.total_steps),
+            self.total_steps is None or is_integer(self.total_steps),
             f"lr.total_steps must be an integer or null, got {self.total_steps!r}",
         )
         if self.kind == "linear":
@@ -175,7 +170,7 @@ class AdEMAMixSpec:
         for name in ("t_alpha", "t_beta3"):
             value = getattr(self, name)
             _check(
-                value is None or (_is_int(value) and value > 0),
+                value is None or (is_integer(value) and value > 0),
                 f"ademamix.{name} must be a positive integer or null",
             )
         for name in ("alpha", "eps", "weight_decay"):
@@ -194,7 +189,7 @@ class GoldfishSpec:
     def __post_init__(self) -> None:
         _check(isinstance(self.enabled, bool), "goldfish.enabled must be true or false")
         _check(
-            _is_int(self.k) and self.k >= 1 and _is_int(self.h) and self.h >= 1,
+            is_integer(self.k) and self.k >= 1 and is_integer(self.h) and self.h >= 1,
             "goldfish.k and goldfish.h must be integers >= 1",
         )
 
@@ -218,11 +213,11 @@ class CheckpointSpec:
             isinstance(self.folder, str) and bool(self.folder), "checkpoint.folder must be a path"
         )
         _check(
-            _is_int(self.interval) and self.interval >= 1,
+            is_integer(self.interval) and self.interval >= 1,
             "checkpoint.interval must be an integer >= 1",
         )
         _check(
-            _is_int(self.keep_latest) and (self.keep_latest == 0 or self.keep_latest >= 2),
+            is_integer(self.keep_latest) and (self.keep_latest == 0 or self.keep_latest >= 2),
             "checkpoint.keep_latest must be 0 (keep all) or >= 2",
         )
         _check(
@@ -244,7 +239,7 @@ class BatchRampSpec:
 
     def __post_init__(self) -> None:
         _check(
-            _is_int(self.at_tokens) and self.at_tokens >= 0,
+            is_integer(self.at_tokens) and self.at_tokens >= 0,
             f"batch_ramp.at_tokens must be an integer >= 0, got {self.at_tokens!r}",
         )
 
@@ -312,7 +307,7 @@ class RunSpec:
                 f"{name} must be a non-empty string or null",
             )
         _check(
-            _is_int(self.sft_epochs) and self.sft_epochs >= 1,
+            is_integer(self.sft_epochs) and self.sft_epochs >= 1,
             f"sft_epochs must be a positive integer, got {self.sft_epochs!r}",
         )
         if self.sft_data is not None:
@@ -326,7 +321,7 @@ class RunSpec:
         for name in ("seq_len", "micro_batch", "global_batch", "steps"):
             value = getattr(self, name)
             _check(
-                _is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}"
+                is_integer(value) and value > 0, f"{name} must be a positive integer, got {value!r}"
             )
         _check(
             self.global_batch % self.micro_batch == 0,
@@ -335,14 +330,14 @@ class RunSpec:
         ramp = self.batch_ramp
         if ramp is not None:
             _check(
-                _is_int(ramp.global_batch) and ramp.global_batch % self.micro_batch == 0,
+                is_integer(ramp.global_batch) and ramp.global_batch % self.micro_batch == 0,
                 f"batch_ramp.global_batch must be a multiple of micro_batch {self.micro_batch}, "
                 f"got {ramp.global_batch!r}",
             )
         _check(isinstance(self.model_overrides, dict), "model_overrides must be an object")
         self._check_schedule()
         _check(_is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip must be > 0")
-        _check(_is_int(self.seed) and self.seed >= 0, "seed must be an integer >= 0")
+        _check(is_integer(self.seed) and self.seed >= 0, "seed must be an integer >= 0")
         _check(
             self.dtype in ("float32", "bfloat16"),
             f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}",
@@ -358,7 +353,7 @@ class RunSpec:
             "activation_checkpoint must be 'none', 'full' or 'selective'",
         )
         _check(
-            _is_int(self.tensor_parallel) and self.tensor_parallel >= 1,
+            is_integer(self.tensor_parallel) and self.tensor_parallel >= 1,
             f"tensor_parallel must be an integer >= 1, got {self.tensor_parallel!r}",
         )
 
@@ -418,47 +413,9 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "run spec") -> RunSpec:
-        """A spec from its JSON form; an ApertusError names `where` and the bad key."""
-        return _build(cls, data, where)
-
-
-def _build(cls: type, data: Any, where: str, root: str | None = None) -> Any:
-    """`cls` (a spec dataclass) from a JSON object: nested spec objects built in turn, unknown
-    and missing keys refused naming their path `where`; the checks' own messages name their
-    key and are prefixed with `root` (the top-level `where`)."""
-    root = where if root is None else root
-    if not isinstance(data, dict):
-        raise ApertusError(f"{where}: expected an object, got {type(data).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ApertusError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
-    missing = [
-        name
-        for name, f in known.items()
-        if name not in data
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ApertusError(f"{where}: missing required key(s) {missing}")
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for name, value in data.items():
-        nested = _spec_class(hints[name])
-        if nested is not None and value is not None:
-            value = _build(nested, value, f"{where}.{name}", root)
-        values[name] = value
-    try:
-        return cls(**values)
-    except ApertusError as e:
-        raise ApertusError(f"{root}: {e}") from None
-
-
-def _spec_class(hint: Any) -> type | None:
-    """The spec dataclass a field holds (``X`` or ``X | None``), or None."""
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    return next((o for o in options if dataclasses.is_dataclass(o)), None)
+        """A spec from its JSON form (`apertus.core.typed.build`: unknown, missing and
+        mistyped keys refused); an ApertusError names `where` and the bad key."""
+        return build(cls, data, label=where)
 
 
 def load_run_spec(path: str | os.PathLike[str]) -> RunSpec:

@@ -29,9 +29,12 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.train.config import PretrainConfig
 from apertus.train.plan import pretrain_stages
 from apertus.train.run_spec import (
     BatchRampSpec,
+    CheckpointSpec,
+    LRSpec,
     RunSpec,
     checkpoint_steps,
     write_run_spec,
@@ -95,21 +98,16 @@ _RUN_SPEC_FIELDS = {f.name for f in fields(RunSpec)}
 _PER_STAGE = {"seq_len", "global_batch", "batch_ramp", "lr", "steps", "checkpoint"}
 
 
-def _ramp(cfg: Mapping[str, Any]) -> BatchRamp:
+def _ramp(cfg: PretrainConfig) -> BatchRamp:
     """The global batch of every pretraining step (`pretrain.global_batch`, then
     `pretrain.batch_ramp` from its token count on; RECIPE.md §4)."""
-    ramp = cfg.get("batch_ramp")
-    return BatchRampSpec.ramp(
-        BatchRampSpec(**ramp) if ramp else None,
-        seq_len=cfg["seq_len"],
-        global_batch=cfg["global_batch"],
-    )
+    return BatchRampSpec.ramp(cfg.batch_ramp, seq_len=cfg.seq_len, global_batch=cfg.global_batch)
 
 
 def run_spec(
-    cfg: Mapping[str, Any], name: str, phases_root: Path, previous: Mapping[str, Any] | None
+    cfg: PretrainConfig, name: str, phases_root: Path, previous: Mapping[str, Any] | None
 ) -> RunSpec:
-    """The torchtitan run spec of pretraining stage `name` (`pretrain:` config, the previous
+    """The torchtitan run spec of pretraining stage `name` (the `pretrain:` config, the previous
     stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s."""
     plan = {stage.name: stage for stage in pretrain_stages(cfg)}
     if name not in plan:
@@ -120,50 +118,50 @@ def run_spec(
         raise ApertusError(f"{kind} {name!r} needs the previous stage's weights")
     # The settings the `pretrain:` config and the run spec share by name go across as they are
     # (a new one needs no line here); the rest is each stage's own.
-    spec: dict[str, Any] = {key: cfg[key] for key in _RUN_SPEC_FIELDS - _PER_STAGE if key in cfg}
-    spec["tensorboard"] = True
-    spec["checkpoint"] = {
-        "interval": cfg["checkpoint_interval"],
-        "initial": previous["final_checkpoint"] if previous else None,
-        "initial_mode": "continue" if stage.start == "continue" else "weights",
-    }
+    shared = {key: getattr(cfg, key) for key in _RUN_SPEC_FIELDS - _PER_STAGE if hasattr(cfg, key)}
+    checkpoint = CheckpointSpec(
+        interval=cfg.checkpoint_interval,
+        initial=previous["final_checkpoint"] if previous else None,
+        initial_mode="continue" if stage.start == "continue" else "weights",
+    )
     if stage.kind == "phase":
         # One WSD schedule over all phases; each phase adds its steps to the count.
-        seq_len, ramp = cfg["seq_len"], _ramp(cfg)
+        ramp = _ramp(cfg)
         steps: list[int] = []
-        for phase in cfg["phases"]:
-            steps.append(phase_steps(phases_root / phase, seq_len, ramp, sum(steps)))
-        index = cfg["phases"].index(name)
+        for phase in cfg.phases:
+            steps.append(phase_steps(phases_root / phase, cfg.seq_len, ramp, sum(steps)))
         total = sum(steps)
-        lr = cfg["lr"]
-        spec |= {
-            "phase_dir": str(phases_root / name),
-            "model_overrides": {"rope_theta": cfg["rope_theta"], "max_seq_len": seq_len},
-            "seq_len": seq_len,
-            "global_batch": cfg["global_batch"],
-            "batch_ramp": cfg.get("batch_ramp"),
-            "steps": sum(steps[: index + 1]),
-            "lr": {
-                "kind": "wsd",
-                "peak": lr["peak"],
-                "warmup_steps": min(lr["warmup_steps"], total),
-                "decay_steps": cooldown_steps(ramp, total, lr["decay_fraction"]),
-                "min_lr_ratio": lr["min_lr_ratio"],
-                "total_steps": total,
-            },
-        }
-    else:
-        long = next(s for s in cfg["long_context"] if s["name"] == name)
-        spec |= {
-            "phase_dir": str(phases_root / long["phase"]),
-            "model_overrides": {"rope_theta": long["rope_theta"], "max_seq_len": long["seq_len"]},
-            "seq_len": long["seq_len"],
-            "global_batch": long["global_batch"],
-            "micro_batch": math.gcd(cfg["micro_batch"], long["global_batch"]),
-            "steps": long["steps"],
-            "lr": {"kind": "constant", "peak": long["lr"], "warmup_steps": long["warmup_steps"]},
-        }
-    return RunSpec.from_dict(spec, where=f"pretrain stage {name}")
+        return RunSpec(
+            **shared,
+            tensorboard=True,
+            phase_dir=str(phases_root / name),
+            model_overrides={"rope_theta": cfg.rope_theta, "max_seq_len": cfg.seq_len},
+            seq_len=cfg.seq_len,
+            global_batch=cfg.global_batch,
+            batch_ramp=cfg.batch_ramp,
+            steps=sum(steps[: cfg.phases.index(name) + 1]),
+            lr=LRSpec(
+                kind="wsd",
+                peak=cfg.lr.peak,
+                warmup_steps=min(cfg.lr.warmup_steps, total),
+                decay_steps=cooldown_steps(ramp, total, cfg.lr.decay_fraction),
+                min_lr_ratio=cfg.lr.min_lr_ratio,
+                total_steps=total,
+            ),
+            checkpoint=checkpoint,
+        )
+    long = next(s for s in cfg.long_context if s.name == name)
+    return RunSpec(
+        **{**shared, "micro_batch": math.gcd(cfg.micro_batch, long.global_batch)},
+        tensorboard=True,
+        phase_dir=str(phases_root / long.phase),
+        model_overrides={"rope_theta": long.rope_theta, "max_seq_len": long.seq_len},
+        seq_len=long.seq_len,
+        global_batch=long.global_batch,
+        steps=long.steps,
+        lr=LRSpec(kind="constant", peak=long.lr, warmup_steps=long.warmup_steps),
+        checkpoint=checkpoint,
+    )
 
 
 def train_and_record(
@@ -232,7 +230,8 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--work-root", type=Path, required=True)
     args = parser.parse_args(argv)
-    cfg = {"long_context": [], **args.config}
+    # A phase's rule passes every key but the long-context stages (they do not concern it).
+    cfg = PretrainConfig.from_dict({"long_context": [], **args.config})
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
     spec = run_spec(cfg, args.name, args.phases_root, previous)
     assert spec.phase_dir is not None
@@ -245,7 +244,7 @@ def main(argv=None):
         inputs=inputs,
         outputs=[args.output],
         manifest=args.manifest,
-        seed=cfg["seed"],
+        seed=cfg.seed,
     ) as step:
         record = train_and_record(
             step,
@@ -254,7 +253,7 @@ def main(argv=None):
             key_material=[phase_json.read_text(), previous],
             work_root=args.work_root,
             output=args.output,
-            nproc=cfg["nproc"],
+            nproc=cfg.nproc,
             nnodes=next(s.nnodes for s in pretrain_stages(cfg) if s.name == args.name),
         )
         record["unigram_entropy"] = unigram_entropy(Path(spec.phase_dir))

@@ -264,6 +264,8 @@ STAGE_CONFIGS = [
     "apertus.posttrain.sft_data:SFTConfig",
     "apertus.posttrain.sampling:SamplingConfig",
     "apertus.posttrain.qrpo_train:QRPOConfig",
+    "apertus.posttrain.sft:SFTTrainingConfig",
+    "apertus.train.config:PretrainConfig",
 ]
 
 

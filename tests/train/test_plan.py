@@ -5,15 +5,21 @@ import pytest
 
 from apertus.core import ApertusError
 from apertus.core.config import load_config
+from apertus.train.config import PretrainConfig
 from apertus.train.plan import PlannedStage, pretrain_stages
 
 
+def pretrain(**changes) -> PretrainConfig:
+    return PretrainConfig.from_dict({**load_config()["pretrain"], **changes})
+
+
 def test_phases_continue_each_other_and_long_context_stages_take_the_weights():
-    cfg = {
-        "phases": ["phase1", "phase2", "phase3"],
-        "nnodes": 4,
-        "long_context": [{"name": "ctx8k"}, {"name": "ctx64k", "nnodes": 8}],
-    }
+    ctx = load_config()["pretrain"]["long_context"][0]
+    cfg = pretrain(
+        phases=["phase1", "phase2", "phase3"],
+        nnodes=4,
+        long_context=[{**ctx, "name": "ctx8k"}, {**ctx, "name": "ctx64k", "nnodes": 8}],
+    )
     assert pretrain_stages(cfg) == [
         PlannedStage("phase1", "phase", None, "fresh", 4),
         PlannedStage("phase2", "phase", "phase1", "continue", 4),
@@ -24,12 +30,13 @@ def test_phases_continue_each_other_and_long_context_stages_take_the_weights():
 
 
 def test_the_default_plan_is_what_the_workflow_schedules():
-    cfg = load_config()["pretrain"]
-    stages = pretrain_stages(cfg)
-    assert [s.name for s in stages] == cfg["phases"] + [s["name"] for s in cfg["long_context"]]
+    raw = load_config()["pretrain"]
+    stages = pretrain_stages(PretrainConfig.from_dict(raw))
+    assert [s.name for s in stages] == raw["phases"] + [s["name"] for s in raw["long_context"]]
     assert [s.previous for s in stages] == [None] + [s.name for s in stages[:-1]]
 
 
 def test_a_stage_name_used_twice_is_refused():
+    ctx = load_config()["pretrain"]["long_context"][0]
     with pytest.raises(ApertusError, match=r"\['phase1'\] appear more than once"):
-        pretrain_stages({"phases": ["phase1"], "nnodes": 1, "long_context": [{"name": "phase1"}]})
+        pretrain_stages(pretrain(phases=["phase1"], long_context=[{**ctx, "name": "phase1"}]))

@@ -9,6 +9,7 @@ import pytest
 from apertus.core import ApertusError
 from apertus.core.config import load_config
 from apertus.tokenize.phases import PhaseDataset
+from apertus.train.config import PretrainConfig
 from apertus.train.run_spec import BatchRampSpec, CheckpointSpec, LRSpec
 from apertus.train.schedule import BatchRamp
 from apertus.train.stage import cooldown_steps, phase_steps, run_spec, unigram_entropy
@@ -52,8 +53,9 @@ def test_phases_share_one_schedule_and_long_context_starts_fresh(phases):
             windows, count, tokens_seen = windows - batch, count + 1, tokens_seen + batch * 128
         steps.append(count)
     assert tokens_seen > 10_000  # the switch happened
-    first = run_spec(cfg, "phase1", phases, None)
-    second = run_spec(cfg, "phase2", phases, {"final_checkpoint": "/ckpt/step-1"})
+    typed = PretrainConfig.from_dict(cfg)
+    first = run_spec(typed, "phase1", phases, None)
+    second = run_spec(typed, "phase2", phases, {"final_checkpoint": "/ckpt/step-1"})
     assert first.steps == steps[0] and second.steps == sum(steps)
     assert first.batch_ramp == second.batch_ramp == BatchRampSpec(**cfg["batch_ramp"])
     for spec in (first, second):
@@ -68,15 +70,15 @@ def test_phases_share_one_schedule_and_long_context_starts_fresh(phases):
         initial_mode="continue",
     )
     stage = cfg["long_context"][0]
-    long = run_spec(cfg, stage["name"], phases, {"final_checkpoint": "/ckpt/step-2"})
+    long = run_spec(typed, stage["name"], phases, {"final_checkpoint": "/ckpt/step-2"})
     assert long.checkpoint.initial_mode == "weights"
     assert long.lr == LRSpec(kind="constant", peak=stage["lr"], warmup_steps=5)
     assert long.model_overrides == {"rope_theta": stage["rope_theta"], "max_seq_len": 256}
     assert long.global_batch % long.micro_batch == 0
     with pytest.raises(ApertusError, match="needs the previous stage"):
-        run_spec(cfg, stage["name"], phases, None)
+        run_spec(typed, stage["name"], phases, None)
     with pytest.raises(ApertusError, match="no pretraining phase or long-context stage"):
-        run_spec(cfg, "nope", phases, None)
+        run_spec(typed, "nope", phases, None)
 
 
 def test_cooldown_covers_the_last_share_of_tokens():

@@ -202,7 +202,7 @@ def test_tensor_parallel_problems_name_what_does_not_divide():
 
 @pytest.mark.parametrize("value", [0, -2, "2", True, 1.5])
 def test_run_spec_tensor_parallel_must_be_a_positive_integer(phase, tmp_path, value):
-    with pytest.raises(ApertusError, match=r"tensor_parallel must be an integer >= 1, got"):
+    with pytest.raises(ApertusError, match=r"tensor_parallel must be an integer( >= 1)?, got"):
         load_run_spec(write_spec(tmp_path, phase, tensor_parallel=value))
 
 

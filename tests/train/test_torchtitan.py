@@ -741,9 +741,9 @@ def test_run_spec_defaults_are_the_recipe(phase, tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"batch": 4}, r"unknown key\(s\) \['batch'\]"),
+        ({"batch": 4}, r"unknown key 'batch'"),
         ({"lr": {"peak": 1e-3, "kind": "cosine"}}, "lr.kind must be 'wsd' or 'constant'"),
-        ({"lr": {"kind": "wsd"}}, r"missing required key\(s\) \['peak'\]"),
+        ({"lr": {"kind": "wsd"}}, r"missing key 'lr\.peak'"),
         (
             {"lr": {"peak": 1e-3, "warmup_steps": 20, "decay_steps": 20}},
             "exceed the schedule's 30 steps",
@@ -752,9 +752,9 @@ def test_run_spec_defaults_are_the_recipe(phase, tmp_path):
         ({"batch_ramp": {"global_batch": 10, "at_tokens": 0}}, "batch_ramp.global_batch must"),
         (
             {"batch_ramp": {"global_batch": 16}},
-            r"batch_ramp: missing required key\(s\) \['at_tokens'\]",
+            r"batch_ramp: missing key 'batch_ramp\.at_tokens'",
         ),
-        ({"ademamix": {"betas": [0.9, 0.999]}}, "three numbers"),
+        ({"ademamix": {"betas": [0.9, 0.999]}}, "ademamix.betas must be a list of 3 elements"),
         ({"goldfish": {"k": 0}}, "goldfish.k and goldfish.h"),
         ({"checkpoint": {"folder": "c", "keep_latest": 1}}, "keep_latest"),
         ({"dtype": "float16"}, "dtype must be"),
@@ -898,7 +898,7 @@ def test_launcher_reports_a_bad_spec_without_starting_torchrun(phase, tmp_path):
     spec.write_text(json.dumps({"flavor": "debug"}))
     proc = launch_quick("--spec", str(spec))
     assert proc.returncode == 2
-    assert "error: run spec" in proc.stderr and "missing required key(s)" in proc.stderr
+    assert "error: run spec" in proc.stderr and "missing keys" in proc.stderr
     assert "torchrun" not in proc.stderr
     # A good spec on a number of ranks the global batch does not split over.
     proc = launch_quick("--spec", str(write_spec(tmp_path / "ok", phase)), "--nproc", "3")

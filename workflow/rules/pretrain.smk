@@ -2,12 +2,15 @@
 # continuing the previous one, then the long-context stages; torchtitan under torchrun.
 # Code: apertus/model/, apertus/train/. Config: `pretrain:` (config/README.md). Tests: tests/train/.
 
+from apertus.train.config import PretrainConfig
 from apertus.train.plan import pretrain_stages
 
 PRETRAIN = config["pretrain"]
 # Which stage follows which, and each stage's nodes: apertus.train.plan, shared with the
 # stage code.
-PRETRAIN_PLAN = {stage.name: stage for stage in pretrain_stages(PRETRAIN)}
+PRETRAIN_PLAN = {
+    stage.name: stage for stage in pretrain_stages(PretrainConfig.from_dict(PRETRAIN))
+}
 PRETRAIN_STAGES = list(PRETRAIN_PLAN)
 # A phase depends on every key but the long-context stages; those depend on all of them.
 PRETRAIN_PHASE_KEYS = [key for key in PRETRAIN if key != "long_context"]
