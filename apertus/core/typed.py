@@ -54,7 +54,8 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A JSON number: an int or float that is not a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -62,7 +63,7 @@ def _is_number(value: Any) -> bool:
 _LEAVES: dict[type, tuple[Callable[[Any], bool], str, str]] = {
     bool: (lambda v: isinstance(v, bool), "true or false", "booleans"),
     int: (is_integer, "an integer", "integers"),
-    float: (_is_number, "a number", "numbers"),
+    float: (is_number, "a number", "numbers"),
     str: (lambda v: isinstance(v, str), "a string", "strings"),
 }
 

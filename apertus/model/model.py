@@ -8,9 +8,9 @@ can build it from ``ApertusModel.Config`` on the meta device, shard it, ``to_emp
 The model configuration is flat (``dim``, ``n_layers``, ...) rather than torchtitan's tree of
 per-submodule configs: a flavor is a handful of numbers, and the tree is derived in ``__init__``.
 
-Module names follow torchtitan; ``hf_key`` / ``apertus_key`` map them to and from the Hugging Face
-``ApertusForCausalLM`` state dict (see ``HF_KEY_RULES``). RoPE uses Hugging Face's rotate-half
-convention, so export needs no Q/K row permutation.
+Module names follow torchtitan; `apertus.model.state_dict_adapter` maps them to and from the
+Hugging Face ``ApertusForCausalLM`` state dict. RoPE uses Hugging Face's rotate-half convention,
+so export needs no Q/K row permutation.
 
 Document masking: ``forward(tokens, positions)`` takes per-token positions that restart at 0 at
 each document start (RECIPE §1: reset-position-ids, reset-attention-mask; torchtitan's loader
@@ -38,6 +38,7 @@ from torchtitan.protocols.model import BaseModel
 from torchtitan.protocols.module import Module, ModuleDict
 
 from apertus.core import ApertusError
+from apertus.core.typed import is_integer
 
 AttentionBackend = Literal["sdpa", "flex"]
 # An attention mask as the blocks receive it: None (plain causal), a dense boolean mask
@@ -60,10 +61,6 @@ class RopeScaling:
     original_max_position_embeddings: int = 8192
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def validate_config(config: ApertusModel.Config) -> None:
     """Raise ``ApertusError`` naming the field and its value when shapes cannot fit together.
 
@@ -72,9 +69,9 @@ def validate_config(config: ApertusModel.Config) -> None:
     """
     for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size"):
         value = getattr(config, name)
-        if not _is_int(value) or value <= 0:
+        if not is_integer(value) or value <= 0:
             raise ApertusError(f"model config: {name} must be a positive integer, got {value!r}")
-    if not _is_int(config.max_seq_len) or config.max_seq_len <= 0:
+    if not is_integer(config.max_seq_len) or config.max_seq_len <= 0:
         raise ApertusError(
             f"model config: max_seq_len must be a positive integer, got {config.max_seq_len!r}"
         )
@@ -84,7 +81,7 @@ def validate_config(config: ApertusModel.Config) -> None:
                 f"model config: n_heads={config.n_heads} does not divide dim={config.dim} "
                 "(head_dim is derived as dim // n_heads when not given)"
             )
-    elif not _is_int(config.head_dim) or config.head_dim <= 0:
+    elif not is_integer(config.head_dim) or config.head_dim <= 0:
         raise ApertusError(
             f"model config: head_dim must be a positive integer or None, got {config.head_dim!r}"
         )

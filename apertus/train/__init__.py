@@ -1,6 +1,7 @@
 """Training on torchtitan: pretraining phases, long-context stages and SFT (RECIPE.md §1-§7).
 
 Laid out like torchtitan's ``components/``; from the stage config to the running trainer:
+- ``config.py``: the ``pretrain:`` section, typed (``apertus.core.typed``);
 - ``plan.py``: which pretraining stage follows which and how it continues (the Snakefile and
   ``stage.py`` both read it); ``stage.py``: the pretraining stage's entry point, which builds a
   ``RunSpec`` per stage and runs it (``train_and_record``, shared with SFT);

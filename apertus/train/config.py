@@ -1,7 +1,7 @@
 """The ``pretrain:`` config section, typed once at the stage's boundary (`apertus.core.typed`):
 the schema (``workflow/schemas/config.schema.yaml``) holds every default and every range; these
-classes hold the shape. The optimizer, Goldfish and batch-ramp settings are the run spec's own
-parts (`apertus.train.run_spec`), so they go into each stage's `RunSpec` as they are. No torch
+classes hold the shape. The settings shared with the run spec are declared once, in
+`apertus.train.run_spec.TrainingSettings`, and go into each stage's `RunSpec` as they are. No torch
 here: the Snakefile reads it (`apertus.train.plan`).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apertus.core.typed import Config
-from apertus.train.run_spec import AdEMAMixSpec, BatchRampSpec, GoldfishSpec
+from apertus.train.run_spec import BatchRampSpec, TrainingSettings
 
 __all__ = ["LongContextStage", "PretrainConfig", "PretrainLR"]
 
@@ -43,27 +43,20 @@ class LongContextStage(Config, key="pretrain.long_context[]"):
     """Nodes of this stage's job; None: ``pretrain.nnodes`` (the schema gives no default)."""
 
 
-@dataclass(frozen=True)
-class PretrainConfig(Config, key="pretrain"):
-    """The ``pretrain:`` section (config/README.md)."""
+@dataclass(frozen=True, kw_only=True)
+class PretrainConfig(TrainingSettings, Config, key="pretrain"):
+    """The ``pretrain:`` section (config/README.md): the settings every stage's run spec takes
+    over as they are (`TrainingSettings`: flavor, micro_batch, ademamix, grad_clip, goldfish,
+    seed, dtype, compile, device, tensor_parallel; their defaults are unused, the schema's fill
+    the section) and the plan of the stages."""
 
-    flavor: str
     seq_len: int
-    micro_batch: int
     global_batch: int
     batch_ramp: BatchRampSpec | None
-    tensor_parallel: int
     rope_theta: float
     lr: PretrainLR
-    ademamix: AdEMAMixSpec
-    grad_clip: float
-    goldfish: GoldfishSpec
     checkpoint_interval: int
     nproc: int
     nnodes: int
-    dtype: str
-    compile: bool
-    device: str
-    seed: int
     phases: tuple[str, ...]
     long_context: tuple[LongContextStage, ...]

@@ -29,25 +29,25 @@ launcher and the Snakemake side import this module.
       "tensor_parallel": 1                    # TP degree; world_size / it ranks do FSDP
     }
 
-Only `flavor`, `phase_dir` (or `sft_data`), `seq_len`, `micro_batch`, `global_batch`, `steps`
-and `lr.peak` are required; everything else has the recipe's pretraining value (AdEMAMix betas
-0.9/0.999/0.9999, alpha 8, T = 100k, eps 1e-8, wd 0.1; clip 0.1; Goldfish on, k = h = 50; no
-batch ramp; no tensor parallelism; checkpoints in ``ckpt`` and metrics in ``out``, which the
-stages place in their work directory). `batch_ramp` switches the global batch to its
-`global_batch` at the first step that starts with `at_tokens` tokens seen (seq_len tokens per
-sequence, counted from step 0 of the schedule, so a continued phase keeps the count; RECIPE.md
-§4); `steps` then counts steps of either size. `dtype` is the FSDP compute dtype of the
-parameters (weights, gradient reductions and optimizer state stay float32: BF16 with fp32
-master weights). `device` "auto" takes CUDA when present. `checkpoint.initial` starts a new
-stage: the weights of that checkpoint (a ``step-N`` directory, or a checkpoint folder whose last
-step is taken) with a fresh optimizer, data position and schedule (``initial_mode: weights``,
-the long-context stages and SFT), or the previous run's optimizer, schedule and step count with
-fresh data (``continue``, the next pretraining phase); it is ignored once the run's own folder
-holds a checkpoint, so a restarted stage resumes from its own last step. `tensor_parallel`
-splits every block over that many ranks (`apertus.model.parallelize.apply_tensor_parallel`;
-heads, kv heads, MLP hidden units and vocabulary must divide by it); the world_size /
-tensor_parallel data-parallel ranks share out the global batch. Checkpoints hold whole tensors,
-so a run can resume with another layout.
+Only `flavor`, `phase_dir` (or `sft_data`), `seq_len`, `micro_batch`, `global_batch`, `steps`,
+`lr.peak`, `checkpoint.folder` and `metrics_folder` are required to run (the stages place the two
+folders in their work directory; a spec they build leaves them unset until then); everything else
+has the recipe's pretraining value (AdEMAMix betas 0.9/0.999/0.9999, alpha 8, T = 100k, eps 1e-8,
+wd 0.1; clip 0.1; Goldfish on, k = h = 50; no batch ramp; no tensor parallelism). `batch_ramp`
+switches the global batch to its `global_batch` at the first step that starts with `at_tokens`
+tokens seen (seq_len tokens per sequence, counted from step 0 of the schedule, so a continued phase
+keeps the count; RECIPE.md §4); `steps` then counts steps of either size. `dtype` is the FSDP
+compute dtype of the parameters (weights, gradient reductions and optimizer state stay float32:
+BF16 with fp32 master weights). `device` "auto" takes CUDA when present. `checkpoint.initial`
+starts a new stage: the weights of that checkpoint (a ``step-N`` directory, or a checkpoint folder
+whose last step is taken) with a fresh optimizer, data position and schedule (``initial_mode:
+weights``, the long-context stages and SFT), or the previous run's optimizer, schedule and step
+count with fresh data (``continue``, the next pretraining phase); it is ignored once the run's own
+folder holds a checkpoint, so a restarted stage resumes from its own last step. `tensor_parallel`
+splits every block over that many ranks (`apertus.model.parallelize.apply_tensor_parallel`; heads,
+kv heads, MLP hidden units and vocabulary must divide by it); the world_size / tensor_parallel
+data-parallel ranks share out the global batch. Checkpoints hold whole tensors, so a run can resume
+with another layout.
 
 Supervised fine-tuning (RECIPE.md §7): `sft_data` instead of `phase_dir` names a directory
 written by `apertus.posttrain.sft_data`; the run then reads one conversation per row with
@@ -64,13 +64,13 @@ import dataclasses
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json
-from apertus.core.typed import build, is_integer
+from apertus.core.typed import build, is_integer, is_number
 from apertus.posttrain.sft_data import read_sft_record
 from apertus.tokenize.phases import read_phase_record
 from apertus.train.schedule import BatchRamp
@@ -84,19 +84,17 @@ __all__ = [
     "LRSpec",
     "Preflight",
     "RunSpec",
+    "TrainingSettings",
     "check_tensor_parallel_shape",
     "checkpoint_steps",
     "load_run_spec",
     "preflight",
     "resolve_initial_checkpoint",
+    "write_run_spec",
 ]
 
 SPEC_ENV = "APERTUS_TRAIN_SPEC"
 """Names the spec.json torchtitan's trainer runs (the launcher sets it)."""
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _check(condition: bool, message: str) -> None:
@@ -126,7 +124,7 @@ class LRSpec:
             f"{self.kind!r}",
         )
         _check(
-            _is_number(self.peak) and self.peak >= 0,
+            is_number(self.peak) and self.peak >= 0,
             f"lr.peak must be a number >= 0, got {self.peak!r}",
         )
         for name in ("warmup_steps", "decay_steps"):
@@ -134,7 +132,7 @@ class LRSpec:
             _check(is_integer(value) and value >= 0, f"lr.{name} must be an integer >= 0")
         for name in ("min_lr_ratio", "warmup_start"):
             value = getattr(self, name)
-            _check(_is_number(value) and 0 <= value <= 1, f"lr.{name} must be in [0, 1]")
+            _check(is_number(value) and 0 <= value <= 1, f"lr.{name} must be in [0, 1]")
         _check(
             self.total_steps is None or is_integer(self.total_steps),
             f"lr.total_steps must be an integer or null, got {self.total_steps!r}",
@@ -163,7 +161,7 @@ class AdEMAMixSpec:
         _check(
             isinstance(betas, list | tuple)
             and len(betas) == 3
-            and all(_is_number(b) and 0 <= b < 1 for b in betas),
+            and all(is_number(b) and 0 <= b < 1 for b in betas),
             f"ademamix.betas must be three numbers in [0, 1), got {betas!r}",
         )
         object.__setattr__(self, "betas", tuple(betas))
@@ -175,7 +173,7 @@ class AdEMAMixSpec:
             )
         for name in ("alpha", "eps", "weight_decay"):
             value = getattr(self, name)
-            _check(_is_number(value) and value >= 0, f"ademamix.{name} must be a number >= 0")
+            _check(is_number(value) and value >= 0, f"ademamix.{name} must be a number >= 0")
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,8 @@ class CheckpointSpec:
     """DCP checkpoints: saved every `interval` steps and at the end, resumed automatically;
     `initial` seeds a new stage; `keep_latest` 0 keeps every checkpoint."""
 
-    folder: str = "ckpt"
+    folder: str | None = None
+    """Where the run's checkpoints go; the stages place it with `RunSpec.placed`."""
     interval: int = 500
     initial: str | None = None
     keep_latest: int = 0
@@ -210,7 +209,8 @@ class CheckpointSpec:
 
     def __post_init__(self) -> None:
         _check(
-            isinstance(self.folder, str) and bool(self.folder), "checkpoint.folder must be a path"
+            self.folder is None or (isinstance(self.folder, str) and bool(self.folder)),
+            "checkpoint.folder must be a path",
         )
         _check(
             is_integer(self.interval) and self.interval >= 1,
@@ -257,19 +257,68 @@ class BatchRampSpec:
         )
 
 
-@dataclass(frozen=True)
-class RunSpec:
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings:
+    """The settings a training stage's config and its run spec share, declared once: the
+    ``pretrain:`` section (`apertus.train.config.PretrainConfig`) holds them as they are and
+    each stage's `RunSpec` takes them over. A new setting of this kind is a field here with its
+    check, its key in the schema, and its use in `apertus.train.config_registry`."""
+
+    flavor: str
+    micro_batch: int
+    ademamix: AdEMAMixSpec = field(default_factory=AdEMAMixSpec)
+    grad_clip: float = 0.1
+    goldfish: GoldfishSpec = field(default_factory=GoldfishSpec)
+    seed: int = 0
+    dtype: str = "float32"
+    compile: bool = False
+    device: str = "auto"
+    tensor_parallel: int = 1
+    """Tensor-parallel degree: each block's heads, MLP hidden units and the vocabulary are
+    split over this many ranks; the ranks divide into world_size / tensor_parallel
+    data-parallel (FSDP) groups, which share out the batch."""
+
+    def __post_init__(self) -> None:
+        _check(
+            isinstance(self.flavor, str) and bool(self.flavor), "flavor must be a non-empty string"
+        )
+        _check(
+            is_integer(self.micro_batch) and self.micro_batch > 0,
+            f"micro_batch must be a positive integer, got {self.micro_batch!r}",
+        )
+        _check(is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip must be > 0")
+        _check(is_integer(self.seed) and self.seed >= 0, "seed must be an integer >= 0")
+        _check(
+            self.dtype in ("float32", "bfloat16"),
+            f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}",
+        )
+        _check(isinstance(self.compile, bool), "compile must be true or false")
+        _check(
+            self.device in ("auto", "cpu", "cuda"),
+            f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}",
+        )
+        _check(
+            is_integer(self.tensor_parallel) and self.tensor_parallel >= 1,
+            f"tensor_parallel must be an integer >= 1, got {self.tensor_parallel!r}",
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """These settings by name (to build a `RunSpec` from a config holding them)."""
+        return {f.name: getattr(self, f.name) for f in fields(TrainingSettings)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec(TrainingSettings):
     """One training run (see the module doc). Exactly one of `phase_dir` and `sft_data` names
     the data."""
 
-    flavor: str
     seq_len: int
-    micro_batch: int
     global_batch: int
     steps: int
     lr: LRSpec
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
-    metrics_folder: str = "out"
+    metrics_folder: str | None = None
+    """torchtitan's dump folder (metrics.jsonl, tb/); the stages place it with `placed`."""
     phase_dir: str | None = None
     """A data phase (apertus.tokenize.phases): pretraining and long-context stages."""
     sft_data: str | None = None
@@ -277,25 +326,17 @@ class RunSpec:
     sft_epochs: int = 1
     """Passes over the SFT rows (RECIPE.md §7: 1)."""
     model_overrides: dict[str, Any] = field(default_factory=dict)
-    ademamix: AdEMAMixSpec = field(default_factory=AdEMAMixSpec)
-    grad_clip: float = 0.1
-    goldfish: GoldfishSpec = field(default_factory=GoldfishSpec)
     tensorboard: bool = False
-    seed: int = 0
-    dtype: str = "float32"
-    compile: bool = False
-    device: str = "auto"
     activation_checkpoint: str = "none"
     batch_ramp: BatchRampSpec | None = None
-    tensor_parallel: int = 1
-    """Tensor-parallel degree: each block's heads, MLP hidden units and the vocabulary are
-    split over this many ranks; the ranks divide into world_size / tensor_parallel
-    data-parallel (FSDP) groups, which share out the batch."""
 
     def __post_init__(self) -> None:
-        for name in ("flavor", "metrics_folder"):
-            value = getattr(self, name)
-            _check(isinstance(value, str) and bool(value), f"{name} must be a non-empty string")
+        super().__post_init__()
+        _check(
+            self.metrics_folder is None
+            or (isinstance(self.metrics_folder, str) and bool(self.metrics_folder)),
+            "metrics_folder must be a path",
+        )
         _check(
             (self.phase_dir is None) != (self.sft_data is None),
             "give exactly one of phase_dir (pretraining data) and sft_data (SFT data)",
@@ -318,7 +359,7 @@ class RunSpec:
             )
         else:
             _check(self.sft_epochs == 1, "sft_epochs applies to sft_data only")
-        for name in ("seq_len", "micro_batch", "global_batch", "steps"):
+        for name in ("seq_len", "global_batch", "steps"):
             value = getattr(self, name)
             _check(
                 is_integer(value) and value > 0, f"{name} must be a positive integer, got {value!r}"
@@ -336,25 +377,10 @@ class RunSpec:
             )
         _check(isinstance(self.model_overrides, dict), "model_overrides must be an object")
         self._check_schedule()
-        _check(_is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip must be > 0")
-        _check(is_integer(self.seed) and self.seed >= 0, "seed must be an integer >= 0")
-        _check(
-            self.dtype in ("float32", "bfloat16"),
-            f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}",
-        )
-        _check(isinstance(self.compile, bool), "compile must be true or false")
         _check(isinstance(self.tensorboard, bool), "tensorboard must be true or false")
-        _check(
-            self.device in ("auto", "cpu", "cuda"),
-            f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}",
-        )
         _check(
             self.activation_checkpoint in ("none", "full", "selective"),
             "activation_checkpoint must be 'none', 'full' or 'selective'",
-        )
-        _check(
-            is_integer(self.tensor_parallel) and self.tensor_parallel >= 1,
-            f"tensor_parallel must be an integer >= 1, got {self.tensor_parallel!r}",
         )
 
     def _check_schedule(self) -> None:
@@ -407,6 +433,12 @@ class RunSpec:
             metrics_folder=str(work / "out"),
         )
 
+    def explicit(self) -> dict[str, Any]:
+        """The fields that differ from their defaults, nested parts likewise: what names this
+        run (the stages hash it into their work directory's name), unchanged when a field with
+        a default is added to the spec or a folder is placed."""
+        return _explicit(self)
+
     def as_dict(self) -> dict[str, Any]:
         """The spec as spec.json holds it (`from_dict` reads it back to an equal spec)."""
         return dataclasses.asdict(self)
@@ -416,6 +448,25 @@ class RunSpec:
         """A spec from its JSON form (`apertus.core.typed.build`: unknown, missing and
         mistyped keys refused); an ApertusError names `where` and the bad key."""
         return build(cls, data, label=where)
+
+
+def _explicit(spec: Any) -> dict[str, Any]:
+    """`spec`'s fields that differ from their defaults (nested dataclasses recursively)."""
+    found: dict[str, Any] = {}
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if dataclasses.is_dataclass(value):
+            value = _explicit(value)
+            default = _explicit(default) if dataclasses.is_dataclass(default) else default
+        if value != default:
+            found[f.name] = value
+    return found
 
 
 def load_run_spec(path: str | os.PathLike[str]) -> RunSpec:
@@ -506,6 +557,15 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
     its own data from the start, so it needs windows for the steps after that one only.
     """
+    for key, value in (
+        ("checkpoint.folder", spec.checkpoint.folder),
+        ("metrics_folder", spec.metrics_folder),
+    ):
+        if value is None:
+            raise ApertusError(
+                f"{key} is not set: a run needs its checkpoint and metrics folders (the stages "
+                "place them in their work directory)"
+            )
     sft_dir = sft = phase_dir = record = None
     if spec.sft_data is not None:
         sft_dir = Path(spec.sft_data).absolute()

@@ -20,7 +20,6 @@ import json
 import math
 import shutil
 from collections.abc import Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
+from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.config import PretrainConfig
 from apertus.train.plan import pretrain_stages
 from apertus.train.run_spec import (
@@ -93,11 +93,6 @@ def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-# Run spec fields and those of them each stage sets itself.
-_RUN_SPEC_FIELDS = {f.name for f in fields(RunSpec)}
-_PER_STAGE = {"seq_len", "global_batch", "batch_ramp", "lr", "steps", "checkpoint"}
-
-
 def _ramp(cfg: PretrainConfig) -> BatchRamp:
     """The global batch of every pretraining step (`pretrain.global_batch`, then
     `pretrain.batch_ramp` from its token count on; RECIPE.md §4)."""
@@ -116,12 +111,12 @@ def run_spec(
     if stage.previous is not None and previous is None:
         kind = "long-context stage" if stage.kind == "long_context" else "phase"
         raise ApertusError(f"{kind} {name!r} needs the previous stage's weights")
-    # The settings the `pretrain:` config and the run spec share by name go across as they are
-    # (a new one needs no line here); the rest is each stage's own.
-    shared = {key: getattr(cfg, key) for key in _RUN_SPEC_FIELDS - _PER_STAGE if hasattr(cfg, key)}
+    # The settings the `pretrain:` config and the run spec share (run_spec.TrainingSettings)
+    # go across as they are; the rest is each stage's own.
+    shared = cfg.settings()
     checkpoint = CheckpointSpec(
         interval=cfg.checkpoint_interval,
-        initial=previous["final_checkpoint"] if previous else None,
+        initial=previous["final_checkpoint"] if stage.previous is not None else None,
         initial_mode="continue" if stage.start == "continue" else "weights",
     )
     if stage.kind == "phase":
@@ -183,7 +178,7 @@ def train_and_record(
     from apertus.train.launch import STOPPED, run
     from apertus.train.metrics import read_metrics
 
-    key = sha256_text(canonical_json([spec.as_dict(), key_material]))[:16]
+    key = sha256_text(canonical_json([spec.explicit(), key_material]))[:16]
     work = work_root / f"{name}-{key}"
     spec = spec.placed(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -235,7 +230,7 @@ def main(argv=None):
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
     spec = run_spec(cfg, args.name, args.phases_root, previous)
     assert spec.phase_dir is not None
-    phase_json = Path(spec.phase_dir) / "phase.json"
+    phase_json = Path(spec.phase_dir) / PHASE_FILE
     inputs = [Path(spec.phase_dir)] + ([args.previous] if args.previous else [])
     with StepRun(
         "pretrain",

@@ -265,7 +265,7 @@ def test_sequence_logprobs_of_a_transformers_model_match_our_model():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import ApertusForCausalLM
 
-    from apertus.export.hf import hf_config, hf_state_dict
+    from apertus.model.state_dict_adapter import hf_config, hf_state_dict
 
     model = randomized_debug_model(1)
     config = hf_config(model.config)
