@@ -437,7 +437,10 @@ class RunSpec(TrainingSettings):
         """The fields that differ from their defaults, nested parts likewise: what names this
         run (the stages hash it into their work directory's name), unchanged when a field with
         a default is added to the spec or a folder is placed."""
-        return _explicit(self)
+        unplaced = replace(
+            self, checkpoint=replace(self.checkpoint, folder=None), metrics_folder=None
+        )
+        return _explicit(unplaced)
 
     def as_dict(self) -> dict[str, Any]:
         """The spec as spec.json holds it (`from_dict` reads it back to an equal spec)."""

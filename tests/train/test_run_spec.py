@@ -1,0 +1,69 @@
+"""The typed run spec (apertus.train.run_spec): what names a run, and what a run needs before any
+rank starts."""
+
+from pathlib import Path
+
+import pytest
+
+from apertus.core import ApertusError
+from apertus.train.run_spec import LRSpec, RunSpec, TrainingSettings, preflight
+
+
+def spec(**changes) -> RunSpec:
+    required = {
+        "flavor": "debug",
+        "micro_batch": 2,
+        "seq_len": 16,
+        "global_batch": 4,
+        "steps": 10,
+        "lr": LRSpec(peak=1e-3),
+        "phase_dir": "phases/p1",
+    }
+    return RunSpec(**(required | changes))
+
+
+def test_a_run_is_named_by_what_differs_from_the_defaults_not_by_where_it_is_placed():
+    plain = spec()
+    assert plain.explicit() == {
+        "flavor": "debug",
+        "micro_batch": 2,
+        "seq_len": 16,
+        "global_batch": 4,
+        "steps": 10,
+        "lr": {"peak": 1e-3},
+        "phase_dir": "phases/p1",
+    }
+    assert plain.placed(Path("/work/run-1")).explicit() == plain.explicit()
+    assert spec(seed=1).explicit()["seed"] == 1
+    assert spec(lr=LRSpec(peak=1e-3, warmup_steps=3)).explicit()["lr"] == {
+        "peak": 1e-3,
+        "warmup_steps": 3,
+    }
+
+
+def test_a_spec_round_trips_through_its_json_form():
+    placed = spec(seed=4).placed(Path("/work/run-1"))
+    assert RunSpec.from_dict(placed.as_dict()) == placed
+
+
+def test_a_run_needs_its_folders_before_any_rank_starts():
+    with pytest.raises(ApertusError, match=r"checkpoint\.folder is not set"):
+        preflight(spec(), world_size=1)
+
+
+def test_the_settings_a_config_shares_with_its_runs_are_checked_once():
+    with pytest.raises(ApertusError, match="dtype must be 'float32' or 'bfloat16'"):
+        spec(dtype="float16")
+    assert set(spec().settings()) == {
+        "flavor",
+        "micro_batch",
+        "ademamix",
+        "grad_clip",
+        "goldfish",
+        "seed",
+        "dtype",
+        "compile",
+        "device",
+        "tensor_parallel",
+    }
+    assert issubclass(RunSpec, TrainingSettings)
