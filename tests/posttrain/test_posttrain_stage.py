@@ -19,7 +19,7 @@ def test_sft_starts_from_the_last_pretraining_stage_and_learns_the_completions(d
     ctx = json.loads((default_run / "pretrain" / "ctx256" / "run.json").read_text())
     assert spec["checkpoint"]["initial"] == ctx["final_checkpoint"]
     assert spec["checkpoint"]["initial_mode"] == "weights"
-    assert spec["lr"]["kind"] == "linear" and spec["goldfish"] == {"enabled": False}
+    assert spec["lr"]["kind"] == "linear" and spec["goldfish"]["enabled"] is False
     metrics = read_metrics(default_run / "posttrain" / "sft" / "metrics.jsonl")
     first = sum(metrics[s]["loss"] for s in sorted(metrics)[:5]) / 5
     last = sum(metrics[s]["loss"] for s in sorted(metrics)[-5:]) / 5
