@@ -55,8 +55,8 @@ def is_integer(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    """A JSON number: an int or float that is not a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A real number that is not a bool; numpy's numbers count, as in `is_integer`."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 # Leaf types: the check, and how a message names what was expected (alone, and in a list).

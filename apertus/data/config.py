@@ -3,6 +3,7 @@ default comes from the schema (:mod:`apertus.core.typed`)."""
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -71,7 +72,7 @@ class Heuristics(Config, key="data.heuristics"):
 
 
 @dataclass(frozen=True)
-class ClassifierFilter(Config):
+class ClassifierFilter(Config, abc.ABC):
     """What the quality and toxicity filters share: a classifier scoring documents per language,
     and the end of the score distribution each keeps."""
 
@@ -96,9 +97,9 @@ class ClassifierFilter(Config):
         return "top" if self.task == "quality" else "bottom"
 
     @property
+    @abc.abstractmethod
     def fraction(self) -> float:
         """The share of scored documents at the far end: kept (quality) or dropped (toxicity)."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)

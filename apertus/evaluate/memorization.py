@@ -48,7 +48,7 @@ from apertus.core.device import resolve_device
 from apertus.core.files import atomic_write_json
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
-from apertus.core.typed import Config
+from apertus.core.typed import Config, is_integer
 from apertus.data.probes import Probe, read_probes
 
 RESULT_FILE = "memorization.json"
@@ -68,7 +68,7 @@ class MemorizationConfig(Config, key="evaluate.memorization"):
     def __post_init__(self) -> None:
         for key in ("prefix_tokens", "suffix_tokens", "batch_size"):
             value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_integer(value) or value < 1:
                 raise ApertusError(
                     f"evaluate.memorization.{key} must be an integer >= 1, got {value!r}"
                 )
@@ -177,7 +177,7 @@ def measure(
         ("suffix_tokens", suffix_tokens),
         ("batch_size", batch_size),
     ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_integer(value) or value < 1:
             raise ApertusError(f"{name} must be an integer >= 1, got {value!r}")
     probes = read_probes(Path(probes_jsonl))
     if exposures_by_probe is not None:

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, sha256_file
+from apertus.core.files import NEW_FILE_MODE, atomic_write_json, sha256_file
 from apertus.core.files import building_directory as core_building_directory
 from apertus.model.flavors import num_params
 from apertus.model.model import ApertusModel
@@ -333,13 +333,11 @@ def building_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
 
 
 def _readable_by_all(folder: Path) -> None:
-    """Give files the permissions of a plain new file (0666 less the umask): temp-file writers
-    (safetensors, atomic_write_json) create them 0600, too strict for a release folder."""
-    umask = os.umask(0)
-    os.umask(umask)
+    """Give files the permissions of a plain new file (`NEW_FILE_MODE`): a copied tokenizer file
+    keeps its source's mode, which may be 0600, too strict for a release folder."""
     for path in folder.rglob("*"):
         if path.is_file():
-            path.chmod(0o666 & ~umask)
+            path.chmod(NEW_FILE_MODE)
 
 
 def export_checkpoint(

@@ -38,7 +38,7 @@ from torchtitan.protocols.model import BaseModel
 from torchtitan.protocols.module import Module, ModuleDict
 
 from apertus.core import ApertusError
-from apertus.core.typed import is_integer
+from apertus.core.typed import is_integer, is_number
 
 AttentionBackend = Literal["sdpa", "flex"]
 # An attention mask as the blocks receive it: None (plain causal), a dense boolean mask
@@ -98,7 +98,7 @@ def validate_config(config: ApertusModel.Config) -> None:
         )
     for name in ("norm_eps", "rope_theta", "init_std"):
         value = getattr(config, name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        if not is_number(value) or not value > 0:
             raise ApertusError(f"model config: {name} must be a positive number, got {value!r}")
     scaling = config.rope_scaling
     if scaling is not None:

@@ -72,7 +72,7 @@ from apertus.core.files import (
 )
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
-from apertus.core.typed import Config
+from apertus.core.typed import Config, is_integer, is_number
 from apertus.posttrain.qrpo import (
     length_normalised_beta,
     qrpo_loss,
@@ -176,7 +176,7 @@ def _check_number(
     low_open: bool = False,
     high_open: bool = False,
 ) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = is_number(value) and math.isfinite(value)
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
@@ -189,7 +189,7 @@ def _check_number(
 
 
 def _check_int(value: Any, where: str, *, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    if not is_integer(value) or value < low:
         raise ApertusError(f"{where} must be an integer >= {low}, got {value!r}")
 
 

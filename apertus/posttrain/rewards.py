@@ -40,7 +40,7 @@ import torch
 from apertus.core import ApertusError
 from apertus.core.device import resolve_device
 from apertus.core.progress import Progress
-from apertus.core.typed import Config
+from apertus.core.typed import Config, is_integer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -81,7 +81,7 @@ def check_choice(where: str, value: Any, choices: Sequence[str]) -> str:
 
 
 def check_positive_int(where: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ApertusError(f"{where} must be a positive integer, not {value!r}")
     return value
 

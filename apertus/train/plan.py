@@ -23,7 +23,7 @@ from typing import Literal
 from apertus.core import ApertusError
 from apertus.train.config import PretrainConfig
 
-__all__ = ["PlannedStage", "pretrain_stages"]
+__all__ = ["PlannedStage", "planned_stage", "pretrain_stages"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +57,11 @@ def pretrain_stages(cfg: PretrainConfig) -> list[PlannedStage]:
         nnodes = cfg.nnodes if stage.nnodes is None else stage.nnodes
         stages.append(PlannedStage(stage.name, "long_context", previous, "weights", nnodes))
     return stages
+
+
+def planned_stage(cfg: PretrainConfig, name: str) -> PlannedStage:
+    """Stage `name` of the plan, or an ApertusError naming it."""
+    for stage in pretrain_stages(cfg):
+        if stage.name == name:
+            return stage
+    raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")

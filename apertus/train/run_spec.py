@@ -85,6 +85,7 @@ __all__ = [
     "Preflight",
     "RunSpec",
     "TrainingSettings",
+    "batch_ramp",
     "check_tensor_parallel_shape",
     "checkpoint_steps",
     "load_run_spec",
@@ -243,18 +244,15 @@ class BatchRampSpec:
             f"batch_ramp.at_tokens must be an integer >= 0, got {self.at_tokens!r}",
         )
 
-    @staticmethod
-    def ramp(ramp: BatchRampSpec | None, *, seq_len: int, global_batch: int) -> BatchRamp:
-        """The global batch of every step: `global_batch` sequences of `seq_len` tokens, then
-        `ramp`'s from its token count on (constant without a ramp)."""
-        if ramp is None:
-            return BatchRamp.constant(global_batch)
-        return BatchRamp.at_tokens(
-            seq_len=seq_len,
-            start_batch=global_batch,
-            batch=ramp.global_batch,
-            tokens=ramp.at_tokens,
-        )
+
+def batch_ramp(ramp: BatchRampSpec | None, *, seq_len: int, global_batch: int) -> BatchRamp:
+    """The global batch of every step: `global_batch` sequences of `seq_len` tokens, then
+    `ramp`'s from its token count on (constant without a ramp; RECIPE.md §4)."""
+    if ramp is None:
+        return BatchRamp.constant(global_batch)
+    return BatchRamp.at_tokens(
+        seq_len=seq_len, start_batch=global_batch, batch=ramp.global_batch, tokens=ramp.at_tokens
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -409,9 +407,7 @@ class RunSpec(TrainingSettings):
 
     def ramp(self) -> BatchRamp:
         """The global batch of every step (constant without `batch_ramp`)."""
-        return BatchRampSpec.ramp(
-            self.batch_ramp, seq_len=self.seq_len, global_batch=self.global_batch
-        )
+        return batch_ramp(self.batch_ramp, seq_len=self.seq_len, global_batch=self.global_batch)
 
     def first_step(self) -> int:
         """The step this run starts after: a continued run (``initial_mode: continue``) starts

@@ -30,12 +30,12 @@ from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.config import PretrainConfig
-from apertus.train.plan import pretrain_stages
+from apertus.train.plan import planned_stage
 from apertus.train.run_spec import (
-    BatchRampSpec,
     CheckpointSpec,
     LRSpec,
     RunSpec,
+    batch_ramp,
     checkpoint_steps,
     write_run_spec,
 )
@@ -93,21 +93,12 @@ def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def _ramp(cfg: PretrainConfig) -> BatchRamp:
-    """The global batch of every pretraining step (`pretrain.global_batch`, then
-    `pretrain.batch_ramp` from its token count on; RECIPE.md §4)."""
-    return BatchRampSpec.ramp(cfg.batch_ramp, seq_len=cfg.seq_len, global_batch=cfg.global_batch)
-
-
 def run_spec(
     cfg: PretrainConfig, name: str, phases_root: Path, previous: Mapping[str, Any] | None
 ) -> RunSpec:
     """The torchtitan run spec of pretraining stage `name` (the `pretrain:` config, the previous
     stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s."""
-    plan = {stage.name: stage for stage in pretrain_stages(cfg)}
-    if name not in plan:
-        raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")
-    stage = plan[name]
+    stage = planned_stage(cfg, name)
     if stage.previous is not None and previous is None:
         kind = "long-context stage" if stage.kind == "long_context" else "phase"
         raise ApertusError(f"{kind} {name!r} needs the previous stage's weights")
@@ -121,7 +112,7 @@ def run_spec(
     )
     if stage.kind == "phase":
         # One WSD schedule over all phases; each phase adds its steps to the count.
-        ramp = _ramp(cfg)
+        ramp = batch_ramp(cfg.batch_ramp, seq_len=cfg.seq_len, global_batch=cfg.global_batch)
         steps: list[int] = []
         for phase in cfg.phases:
             steps.append(phase_steps(phases_root / phase, cfg.seq_len, ramp, sum(steps)))
@@ -249,7 +240,7 @@ def main(argv=None):
             work_root=args.work_root,
             output=args.output,
             nproc=cfg.nproc,
-            nnodes=next(s.nnodes for s in pretrain_stages(cfg) if s.name == args.name),
+            nnodes=planned_stage(cfg, args.name).nnodes,
         )
         record["unigram_entropy"] = unigram_entropy(Path(spec.phase_dir))
         atomic_write_json(args.output / "run.json", record)
