@@ -291,10 +291,17 @@ class SFTData:
         start, end = int(self.offsets[index]), int(self.offsets[index + 1])
         return np.asarray(self.tokens[start:end]), np.asarray(self.loss_mask[start:end])
 
-    def padded(self, indices: list[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows `indices` as ``[B, row_tokens]`` int64 tokens padded with ``pad_id`` and a
-        bool loss mask that is False on the padding."""
+    def padded(
+        self, indices: list[int] | np.ndarray, multiple: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows `indices` as ``[B, W]`` int64 tokens padded with ``pad_id`` and a bool loss
+        mask that is False on the padding. ``W = row_tokens``, or with `multiple` the longest
+        of the rows rounded up to a multiple of `multiple`, plus one (at most ``row_tokens``):
+        a batch of short conversations is not computed at the full ``max_len``."""
         width = self.row_tokens
+        if multiple is not None:
+            longest = max(int(self.lengths[int(i)]) for i in indices)
+            width = min(width, -(-longest // multiple) * multiple + 1)
         tokens = np.full((len(indices), width), self.record["pad_id"], dtype=np.int64)
         mask = np.zeros((len(indices), width), dtype=bool)
         for out, index in enumerate(indices):

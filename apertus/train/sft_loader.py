@@ -3,8 +3,9 @@ shuffled per epoch, sharded across data-parallel ranks (RECIPE.md §7).
 
 `SFTDataLoader` is a torchtitan `BaseDataLoader` (built by the trainer from
 `SFTDataLoader.Config`) over a directory written by `apertus.posttrain.sft_data`
-(`apertus.posttrain.sft_data.SFTData`). Each row holds ``max_len + 1`` tokens (a conversation,
-padded with ``<pad>``): ``input = row[:-1]``, ``positions = 0 .. max_len - 1`` (one document
+(`apertus.posttrain.sft_data.SFTData`). Each row holds at most ``max_len + 1`` tokens (a
+conversation); a micro-batch pads its rows with ``<pad>`` to the longest of them, rounded up to
+`PAD_MULTIPLE` (plus one): ``input = row[:-1]``, ``positions = 0 .. L - 1`` (one document
 per row: no packing, §7), ``labels = row[1:]`` with the ignore index wherever the label token
 is not a completion token (system/user turns, chat markers, ``<s>``, padding). The trainer
 normalises the loss over the labels that remain, i.e. over the completion tokens of the step.
@@ -45,6 +46,11 @@ from apertus.train.pretokenized import LossMaskCounts, set_active_loader
 
 __all__ = ["SFTDataLoader", "epoch_order"]
 
+# A micro-batch is padded to its longest row rounded up to this many tokens (at most max_len),
+# not to max_len: the same loss (padding carries no label, and attention is causal) for less
+# compute, with few distinct shapes for torch.compile.
+PAD_MULTIPLE = 16
+
 
 def epoch_order(rows: int, seed: int, epoch: int) -> np.ndarray:
     """The rows of epoch `epoch` in training order: a permutation seeded by (seed, epoch)."""
@@ -53,7 +59,8 @@ def epoch_order(rows: int, seed: int, epoch: int) -> np.ndarray:
 
 class SFTDataLoader(BaseDataLoader):
     """Micro-batches ``({"input": [B, L], "positions": [B, L]}, labels [B, L])`` of SFT rows
-    for one data-parallel rank, ``L = max_len`` (see the module docstring)."""
+    for one data-parallel rank, ``L <= max_len`` the longest row's length rounded up to
+    `PAD_MULTIPLE` (see the module docstring)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(BaseDataLoader.Config):
@@ -140,7 +147,7 @@ class SFTDataLoader(BaseDataLoader):
 
     def make_batch(self, first: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The micro-batch of samples ``first ...`` (`micro_batch` rows); counts its labels."""
-        tokens, mask = self.data.padded(self.sample_rows(first, self.micro_batch))
+        tokens, mask = self.data.padded(self.sample_rows(first, self.micro_batch), PAD_MULTIPLE)
         if int(tokens.max()) >= self.vocab_size:
             raise ApertusError(
                 f"{self.config.sft_dir}: token id {int(tokens.max())} in samples {first}.. is "
@@ -151,7 +158,7 @@ class SFTDataLoader(BaseDataLoader):
         labels = rows[:, 1:].masked_fill(~torch.from_numpy(mask[:, 1:]), IGNORE_INDEX)
         kept = int((labels != IGNORE_INDEX).sum())
         self.mask_counts.add(LossMaskCounts(labels=labels.numel(), kept=kept))
-        positions = torch.arange(self.seq_len, dtype=torch.int64).expand(len(rows), -1)
+        positions = torch.arange(inputs.shape[1], dtype=torch.int64).expand(len(rows), -1)
         return {"input": inputs, "positions": positions.contiguous()}, labels.contiguous()
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:

@@ -157,6 +157,13 @@ def test_rows_are_padded_with_pad_and_masked_there(tokenizer, conversations, tmp
         assert np.array_equal(mask[out, :n], row.loss_mask.astype(bool))
         assert (tokens[out, n:] == PAD).all() and not mask[out, n:].any()
     assert record["pad_id"] == PAD == tokenizer.pad_token_id
+    # With a multiple: the same rows, cut after the longest (rounded up to the multiple, + 1).
+    short, short_mask = data.padded([2, 0, len(data) - 1], multiple=16)
+    longest = max(len(data.row(i)[0]) for i in [2, 0, len(data) - 1])
+    width = min(81, -(-longest // 16) * 16 + 1)
+    assert short.shape == (3, width) and width < 81
+    assert np.array_equal(short, tokens[:, :width]) and (tokens[:, width:] == PAD).all()
+    assert np.array_equal(short_mask, mask[:, :width]) and not mask[:, width:].any()
 
 
 def test_the_record_describes_the_arrays(tokenizer, conversations, tmp_path):

@@ -30,7 +30,7 @@ from apertus.train.metrics import read_metrics
 from apertus.train.pretokenized import PretokenizedVocabulary, active_loader
 from apertus.train.run_spec import load_run_spec
 from apertus.train.schedule import linear_lr, warmup_steps_for_ratio
-from apertus.train.sft_loader import SFTDataLoader
+from apertus.train.sft_loader import PAD_MULTIPLE, SFTDataLoader
 from tests.train.test_torchtitan import build_phase, load_checkpoint, model_weights, run_ok
 
 IGNORE, PAD = -100, 3
@@ -106,8 +106,17 @@ def loader(sft_dir, *, rank=0, world=1, micro_batch=MICRO, seed=SEED, epochs=1, 
 
 
 def take(data_loader, n):
+    """The first `n` micro-batches, padded back to MAX_LEN (as `expected_batch` pads)."""
     iterator = iter(data_loader)
-    return [next(iterator) for _ in range(n)]
+    return [full_width(*next(iterator)) for _ in range(n)]
+
+
+def full_width(batch, labels):
+    """A micro-batch padded on the right to MAX_LEN with PAD (inputs) and IGNORE (labels)."""
+    extra = MAX_LEN - labels.shape[1]
+    return {"input": F.pad(batch["input"], (0, extra), value=PAD)}, F.pad(
+        labels, (0, extra), value=IGNORE
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,24 +124,34 @@ def take(data_loader, n):
 
 
 def test_batches_are_the_shuffled_rows_with_completion_labels(sft_dir):
-    rows = len(read_rows(sft_dir)[0])
+    """Each micro-batch is its rows padded to the longest, rounded up to PAD_MULTIPLE: what
+    padding to MAX_LEN gives, without the columns that are padding in every row."""
+    tokens, _ = read_rows(sft_dir)
     data_loader = loader(sft_dir)
-    for index, (batch, labels) in enumerate(take(data_loader, 4)):
-        inputs, expected = expected_batch(sft_dir, stream_rows(rows, index * MICRO, MICRO))
-        assert set(batch) == {"input", "positions"}
-        assert torch.equal(batch["input"], inputs)
-        assert torch.equal(labels, expected)
-        assert torch.equal(batch["positions"], torch.arange(MAX_LEN).expand(MICRO, -1))
+    iterator = iter(data_loader)
+    widths = []
+    for index in range(4):
+        batch, labels = next(iterator)
+        rows = stream_rows(len(tokens), index * MICRO, MICRO)
+        inputs, expected = expected_batch(sft_dir, rows)
+        longest = max(len(tokens[row]) for row in rows)
+        width = min(MAX_LEN, math.ceil(longest / PAD_MULTIPLE) * PAD_MULTIPLE)
+        assert set(batch) == {"input", "positions"} and labels.shape == (MICRO, width)
+        assert torch.equal(batch["input"], inputs[:, :width]) and (inputs[:, width:] == PAD).all()
+        assert torch.equal(labels, expected[:, :width]) and (expected[:, width:] == IGNORE).all()
+        assert torch.equal(batch["positions"], torch.arange(width).expand(MICRO, -1))
         assert 0 < int((labels != IGNORE).sum()) < labels.numel() // 4  # completions only
+        widths.append(width)
+    assert min(widths) < MAX_LEN  # the test data has short batches: the trimming is tested
     counts = data_loader.mask_counts
-    assert counts.labels == 4 * MICRO * MAX_LEN and counts.goldfish_dropped == 0
+    assert counts.labels == MICRO * sum(widths) and counts.goldfish_dropped == 0
     assert active_loader() is data_loader  # the metrics read its counts
 
 
 def test_epochs_visit_every_row_once_each_and_stop_at_the_last_round(sft_dir):
     rows = len(read_rows(sft_dir)[0])
     data_loader = loader(sft_dir, micro_batch=8, epochs=2)
-    batches = list(data_loader)
+    batches = [full_width(*batch) for batch in data_loader]
     assert len(batches) == (2 * rows) // 8
     first_inputs = torch.cat([b["input"] for b, _ in batches])
     every, _ = expected_batch(sft_dir, list(range(rows)))
@@ -161,14 +180,14 @@ def test_state_resumes_exactly_also_on_other_ranks(sft_dir):
         next(iterator)
     state = first.state_dict()
     assert state["samples_consumed"] == 12
-    expected = next(iterator)
+    expected = full_width(*next(iterator))
     again = loader(sft_dir)
     again.load_state_dict(state)
-    batch, labels = next(iter(again))
+    batch, labels = take(again, 1)[0]
     assert torch.equal(batch["input"], expected[0]["input"]) and torch.equal(labels, expected[1])
     resharded = loader(sft_dir, rank=1, world=2, micro_batch=2)
     resharded.load_state_dict(state)
-    batch, _ = next(iter(resharded))
+    batch, _ = take(resharded, 1)[0]
     assert torch.equal(batch["input"], expected[0]["input"][2:])
     with pytest.raises(ApertusError, match="other SFT data"):
         loader(sft_dir).load_state_dict(state | {"sft_data_sha256": "0" * 64})
