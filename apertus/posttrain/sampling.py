@@ -1,4 +1,5 @@
-"""QRPO's data (RECIPE.md §7): reference samples, their rewards and reference log-probs.
+"""QRPO's data (RECIPE.md §7): reference samples, their rewards and reference log-probs; and
+the reward report that compares the SFT policy with the aligned one on held-out prompts.
 
 QRPO is offline: for every prompt x the SFT model (the reference policy) writes n = 10 answers
 at temperature 1; each answer y is scored with a pointwise reward R(x, y)
@@ -14,12 +15,15 @@ Entry points (stage ``posttrain``)::
     python -m apertus.posttrain.sampling score --config JSON --manifest M --model DIR \
         --samples DIR --prompts FILE --output DIR
                                            # DIR/completions.jsonl, DIR/rewards.json (qrpo_score)
+    python -m apertus.posttrain.sampling heldout --config JSON --manifest M --model DIR \
+        --prompts FILE --output DIR        # DIR/rewards.json of one policy (step heldout)
     python -m apertus.posttrain.sampling report --config JSON --manifest M \
-        --model NAME=DIR [--model NAME=DIR ...] --prompts FILE --output FILE.json [--markdown MD]
-                                           # mean reward of greedy answers per model (qrpo_report)
+        --policy NAME=DIR [--policy NAME=DIR ...] --output FILE.json [--markdown MD]
+                                           # the policies side by side (step qrpo_report)
 
-``--model`` of sample/score is an exported Hugging Face folder (the SFT model, with our tokenizer
-and its chat template). Files:
+``--model`` is an exported Hugging Face folder (the SFT model for sample/score, any policy for
+heldout), with our tokenizer and its chat template. ``heldout`` loads one policy; ``report``
+loads no model, so the SFT policy's held-out answers need not wait for QRPO training. Files:
 
 prompts (JSONL)
     ``{"id", "language", "messages": [{"role", "content"}, ...], "reference"}``: the messages
@@ -35,6 +39,19 @@ completions.jsonl (what QRPO training reads)
     ``completion_mask`` 1 exactly on the completion ids, ``reference_rewards`` the rewards of all
     n samples of the prompt (this one included), ``reference_logp`` = sum over completion tokens
     of log p_ref (float32 forward, float64 sum). ``completion_id`` is ``"<prompt_id>:<index>"``.
+rewards.json of a heldout step (what the report reads)
+    ``{"model", "config", "greedy", "sampled"}``: the policy's folder, the ``qrpo_data`` config
+    it was made with, and :func:`mean_reward` of its greedy answers and of its ``n_samples``
+    samples per prompt at ``temperature`` (the policy's expected reward, what QRPO maximises;
+    seeded with ``seed + 1``, apart from the QRPO samples): ``count``, ``mean``,
+    ``per_language``, ``prompts`` (each prompt's reward and first answer) and ``ended_turn``.
+reward_report.json, .md (the report)
+    each policy's greedy results (with its ``folder``) under ``models`` and its sampled ones
+    under ``sampled.models``, each policy against the first (the baseline) under
+    ``comparison``: difference of means ± paired standard error, win and tie rates.
+    ``ended_turn`` is the fraction of answers that ended their turn with ``<|assistant_end|>``
+    (they follow the chat format) rather than being cut at ``max_new_tokens`` or closed with
+    ``</s>``.
 
 Sampling is reproducible sample by sample: each (seed, prompt id, sample index) has its own
 random stream, so a sample does not depend on the batch size, on the other prompts or on their
@@ -92,6 +109,7 @@ log = logging.getLogger(__name__)
 STAGE = "posttrain"
 ASSISTANT_END = "<|assistant_end|>"
 ENGINES = ("auto", "transformers", "vllm")
+HELDOUT_REWARDS = "rewards.json"  # what a heldout step writes and the report reads
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -491,10 +509,11 @@ def mean_reward(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Answers of the model in `model_dir` to `prompts`, scored with `reward`: the mean reward
-    overall and per language, and each prompt's reward and first answer (to pair models).
-    Greedy by default; with ``temperature > 0``, `n` seeded samples per prompt, a prompt's
-    reward being the mean over its samples (the policy's expected reward, what QRPO
-    optimises)."""
+    overall and per language, each prompt's reward and first answer (to pair models), and
+    ``ended_turn``, the fraction of answers that ended with ``<|assistant_end|>`` (the chat
+    format's end of turn, not cut at `max_new_tokens` nor closed with ``</s>``). Greedy by
+    default; with ``temperature > 0``, `n` seeded samples per prompt, a prompt's reward being
+    the mean over its samples (the policy's expected reward, what QRPO optimises)."""
     if not hasattr(reward, "score"):
         reward = build_reward(reward)
     answers = generate_answers(
@@ -520,6 +539,7 @@ def mean_reward(
         p.id: {"reward": r, "answer": answers[i * n].text}
         for i, (p, r) in enumerate(zip(prompts, rewards, strict=True))
     }
+    summary["ended_turn"] = sum(a.finish_reason == "assistant_end" for a in answers) / len(answers)
     return summary
 
 
@@ -834,10 +854,81 @@ def _score(argv: list[str]) -> None:
         )
 
 
-def _model_argument(text: str) -> tuple[str, Path]:
+def _heldout(argv: list[str]) -> None:
+    parser = stage_parser(STAGE, "Answer the held-out prompts with one policy and score them.")
+    parser.add_argument("--model", type=Path, required=True, help="the policy's HF folder")
+    parser.add_argument("--prompts", type=Path, required=True, help="held-out prompts (JSONL)")
+    parser.add_argument("--output", type=Path, required=True, help="folder for rewards.json")
+    args = parser.parse_args(argv)
+    cfg = SamplingConfig.from_dict(args.config)
+    out = args.output / HELDOUT_REWARDS
+    with StepRun(
+        STAGE,
+        "heldout",
+        args.config,
+        inputs=[args.model, args.prompts],
+        outputs=[out],
+        manifest=args.manifest,
+        seed=cfg.seed,
+    ) as step:
+        prompts = load_prompts(args.prompts)
+        reward = build_reward(cfg.reward)
+        options = {
+            "max_new_tokens": cfg.max_new_tokens,
+            "batch_size": cfg.batch_size,
+            "dtype": cfg.dtype,
+            "device": cfg.device,
+        }
+        greedy = mean_reward(args.model, prompts, reward, **options)
+        # The policy's expected reward: n samples per prompt at the sampling temperature
+        # (seeded apart from the QRPO samples).
+        sampled = mean_reward(
+            args.model,
+            prompts,
+            reward,
+            n=cfg.n_samples,
+            temperature=cfg.temperature,
+            seed=cfg.seed + 1,
+            **options,
+        )
+        args.output.mkdir(parents=True, exist_ok=True)
+        result = {"model": str(args.model), "config": args.config}
+        atomic_write_json(out, {**result, "greedy": greedy, "sampled": sampled})
+        step.summary.update(
+            prompts=len(prompts),
+            mean_reward=greedy["mean"],
+            mean_sampled_reward=sampled["mean"],
+            ended_turn=greedy["ended_turn"],
+            sampled_ended_turn=sampled["ended_turn"],
+        )
+
+
+def read_heldout(folder: str | os.PathLike, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The rewards.json of a heldout step's `folder`, refused unless it was made with
+    `config` (the report's ``posttrain.qrpo_data``): policies compare only under one reward,
+    one sampling temperature and one number of samples."""
+    path = Path(folder) / HELDOUT_REWARDS
+    if not path.is_file():
+        raise ApertusError(f"{path} does not exist (the heldout step writes it)")
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ApertusError(f"{path}: not valid JSON ({e.msg})") from None
+    keys = {"model", "config", "greedy", "sampled"}
+    if not isinstance(result, dict) or set(result) != keys:
+        raise ApertusError(f"{path}: expected an object with the keys {', '.join(sorted(keys))}")
+    if result["config"] != config:
+        raise ApertusError(
+            f"{path} was made with another posttrain.qrpo_data config than the report's "
+            "(run its heldout step again)"
+        )
+    return result
+
+
+def _policy_argument(text: str) -> tuple[str, Path]:
     name, sep, folder = text.partition("=")
     if not sep or not name or not folder:
-        raise argparse.ArgumentTypeError(f"--model takes NAME=FOLDER, not {text!r}")
+        raise argparse.ArgumentTypeError(f"--policy takes NAME=FOLDER, not {text!r}")
     return name, Path(folder)
 
 
@@ -865,6 +956,37 @@ def reward_comparison(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dic
     return comparison
 
 
+def reward_report(policies: Mapping[str, Mapping[str, Any]], cfg: SamplingConfig) -> dict[str, Any]:
+    """The report of the heldout results of each policy (:func:`read_heldout`), the first being
+    the baseline: greedy results under ``models``, sampled ones under ``sampled``, each with
+    its comparison to the baseline. Every policy must have answered the same prompts."""
+    names = list(policies)
+    prompt_ids = set(policies[names[0]]["greedy"]["prompts"])
+    for name, result in policies.items():
+        for part in ("greedy", "sampled"):
+            if set(result[part]["prompts"]) != prompt_ids:
+                raise ApertusError(
+                    f"policy {name} ({part}) answered other held-out prompts than "
+                    f"{names[0]}: compare policies on one prompts file"
+                )
+    results = {name: {"folder": r["model"], **r["greedy"]} for name, r in policies.items()}
+    sampled = {name: r["sampled"] for name, r in policies.items()}
+    return {
+        "reward": asdict(cfg.reward),
+        "prompt_count": len(prompt_ids),
+        "baseline": names[0],
+        "order": names,  # the JSON's keys are sorted; this is the order given
+        "models": results,
+        "comparison": reward_comparison(results),
+        "sampled": {
+            "n": cfg.n_samples,
+            "temperature": cfg.temperature,
+            "models": sampled,
+            "comparison": reward_comparison(sampled),
+        },
+    }
+
+
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The policy's expected reward first (what QRPO maximises), then greedy answers."""
     sampled = report["sampled"]
@@ -885,6 +1007,8 @@ def report_markdown(report: Mapping[str, Any]) -> str:
             report["comparison"],
             f"# Reward of greedy answers, {report['prompt_count']} held-out prompts",
         )
+        + "\nended turn: the fraction of answers that ended with <|assistant_end|> (the chat "
+        "format's end of turn) rather than at max_new_tokens or with </s>.\n"
     )
 
 
@@ -896,6 +1020,7 @@ def _reward_table(report, models, comparison, title: str) -> str:
         *languages,
         "Δ mean vs " + report["baseline"] + " (± s.e.)",
         "win rate",
+        "ended turn",
     ]
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in report["order"]:
@@ -909,88 +1034,55 @@ def _reward_table(report, models, comparison, title: str) -> str:
             ),
             f"{cmp['mean_delta']:+.4f} ± {cmp['delta_stderr']:.4f}" if cmp else "-",
             f"{cmp['win_rate']:.2f}" if cmp else "-",
+            f"{r['ended_turn']:.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _report(argv: list[str]) -> None:
-    parser = stage_parser(STAGE, "Mean reward of greedy answers per model (SFT vs aligned).")
+    parser = stage_parser(STAGE, "Compare the held-out rewards of policies (SFT vs aligned).")
     parser.add_argument(
-        "--model",
-        type=_model_argument,
+        "--policy",
+        type=_policy_argument,
         action="append",
         required=True,
-        help="NAME=FOLDER; the first is the baseline",
+        help="NAME=FOLDER of a heldout step's output; the first is the baseline",
     )
-    parser.add_argument("--prompts", type=Path, required=True, help="held-out prompts (JSONL)")
     parser.add_argument("--output", type=Path, required=True, help="the report (JSON)")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown")
     args = parser.parse_args(argv)
     cfg = SamplingConfig.from_dict(args.config)
-    names = [name for name, _ in args.model]
+    names = [name for name, _ in args.policy]
     if len(set(names)) != len(names):
-        raise ApertusError(f"--model names must differ: {', '.join(names)}")
+        raise ApertusError(f"--policy names must differ: {', '.join(names)}")
     outputs = [args.output] + ([args.markdown] if args.markdown else [])
     with StepRun(
         STAGE,
         "qrpo_report",
         args.config,
-        inputs=[args.prompts, *(folder for _, folder in args.model)],
+        inputs=[folder / HELDOUT_REWARDS for _, folder in args.policy],
         outputs=outputs,
         manifest=args.manifest,
         seed=cfg.seed,
     ) as step:
-        prompts = load_prompts(args.prompts)
-        reward = build_reward(cfg.reward)
-        results, sampled = {}, {}
-        options = {
-            "max_new_tokens": cfg.max_new_tokens,
-            "batch_size": cfg.batch_size,
-            "dtype": cfg.dtype,
-            "device": cfg.device,
-        }
-        for name, folder in args.model:
-            result = mean_reward(folder, prompts, reward, **options)
-            results[name] = {"folder": str(folder), **result}
-            # The policy's expected reward: n samples per prompt at the sampling temperature
-            # (seeded apart from the QRPO samples).
-            sampled[name] = mean_reward(
-                folder,
-                prompts,
-                reward,
-                n=cfg.n_samples,
-                temperature=cfg.temperature,
-                seed=cfg.seed + 1,
-                **options,
-            )
-        report = {
-            "reward": asdict(cfg.reward),
-            "prompt_count": len(prompts),
-            "baseline": names[0],
-            "order": names,  # the JSON's keys are sorted; this is the order given
-            "models": results,
-            "comparison": reward_comparison(results),
-            "sampled": {
-                "n": cfg.n_samples,
-                "temperature": cfg.temperature,
-                "models": sampled,
-                "comparison": reward_comparison(sampled),
-            },
-        }
+        policies = {name: read_heldout(folder, args.config) for name, folder in args.policy}
+        report = reward_report(policies, cfg)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.output, report)
         if args.markdown:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(args.markdown, report_markdown(report))
         step.summary.update(
-            prompts=len(prompts),
-            mean_reward={n: r["mean"] for n, r in results.items()},
-            mean_sampled_reward={n: r["mean"] for n, r in sampled.items()},
+            prompts=report["prompt_count"],
+            mean_reward={n: r["mean"] for n, r in report["models"].items()},
+            mean_sampled_reward={n: r["mean"] for n, r in report["sampled"]["models"].items()},
+            ended_turn={n: r["ended_turn"] for n, r in report["models"].items()},
+            sampled_ended_turn={n: r["ended_turn"] for n, r in report["sampled"]["models"].items()},
         )
 
 
-COMMANDS = {"sample": _sample, "score": _score, "report": _report}
+COMMANDS = {"sample": _sample, "score": _score, "heldout": _heldout, "report": _report}
 
 
 def main(argv: list[str] | None = None) -> None:

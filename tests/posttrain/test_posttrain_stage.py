@@ -1,7 +1,8 @@
 """Post-training end to end through Snakemake on the embedded default (the shared
 `default_run`): SFT from the last pretraining stage, then QRPO on the SFT model's own samples;
-the aligned model's mean reward on held-out prompts is reported next to the SFT model's; both
-export, verify and evaluate like the base model, with a working chat template."""
+each model answers the held-out prompts in its own job and the aligned model's mean reward is
+reported next to the SFT model's; both export, verify and evaluate like the base model, with a
+working chat template."""
 
 import json
 
@@ -63,6 +64,22 @@ def test_mean_rewards_of_the_sft_and_aligned_models_are_reported(default_run):
     assert sampled["comparison"]["qrpo"]["delta_stderr"] > 0
     markdown = (default_run / "posttrain" / "reward_report.md").read_text()
     assert "Expected reward" in markdown and "| qrpo |" in markdown
+    assert "ended turn" in markdown
+    for policy in ("sft", "qrpo"):  # the report is made of each policy's heldout job
+        heldout = default_run / "posttrain" / "heldout" / policy / "rewards.json"
+        result = json.loads(heldout.read_text())
+        assert result["sampled"] == sampled["models"][policy]
+        assert {"folder": result["model"], **result["greedy"]} == report["models"][policy]
+        for table in (report, sampled):
+            assert 0 <= table["models"][policy]["ended_turn"] <= 1
+    print(
+        "answers that ended their turn, greedy / sampled: "
+        + ", ".join(
+            f"{p} {report['models'][p]['ended_turn']:.2f} / "
+            f"{sampled['models'][p]['ended_turn']:.2f}"
+            for p in ("sft", "qrpo")
+        )
+    )
 
 
 @pytest.mark.parametrize("stage", ["sft", "qrpo"])

@@ -1,4 +1,5 @@
-"""QRPO's data: reference samples, reference log-probs, completions.jsonl (RECIPE.md §7).
+"""QRPO's data: reference samples, reference log-probs, completions.jsonl (RECIPE.md §7); each
+policy's scored answers to held-out prompts and the reward report built from them.
 
 A tiny random ApertusForCausalLM (the shape of the ``debug`` flavor) is saved as a Hugging Face
 folder with a tiny tokenizer trained by our own `train_tokenizer` (chat template included), the
@@ -8,6 +9,7 @@ sampler written here, log-probs against one forward pass per token.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -23,6 +25,8 @@ from transformers import ApertusForCausalLM, AutoModelForCausalLM, AutoTokenizer
 
 from apertus.core import ApertusError
 from apertus.model.flavors import flavor
+from apertus.posttrain import sampling
+from apertus.posttrain.rewards import build_reward
 from apertus.posttrain.sampling import (
     QrpoPrompt,
     Sample,
@@ -32,8 +36,10 @@ from apertus.posttrain.sampling import (
     gumbel_noise,
     load_prompts,
     main,
+    mean_reward,
     read_samples,
     reference_logprobs,
+    reward_comparison,
     sample_references,
     sample_seed,
 )
@@ -508,28 +514,68 @@ def test_read_samples_orders_by_prompt_and_index(cli_run, prompts):
         read_samples(path, prompts, 2)
 
 
-def test_report_compares_mean_rewards_of_greedy_answers(workspace, prompts, tmp_path, hf):
-    make_causal_lm(tmp_path / "aligned", workspace / "tokenizer", seed=2)
-    config = json.dumps({**CONFIG, "max_new_tokens": 6})
+# --- held-out answers per policy, and the report -----------------------------------------------
+
+REPORT_CONFIG = {**CONFIG, "max_new_tokens": 6}
+POLICIES = ("sft", "aligned", "stopping")
+
+
+@pytest.fixture(scope="module")
+def policies(workspace, stopping_model) -> dict[str, Path]:
+    """Three policies on one tokenizer: the SFT model, another random one, and one that often
+    ends its turn after a few tokens."""
+    aligned = make_causal_lm(workspace / "aligned", workspace / "tokenizer", seed=2)
+    return {"sft": workspace / "sft", "aligned": aligned, "stopping": stopping_model}
+
+
+def run_heldout(model: Path, prompts_file: Path, output: Path) -> Path:
+    run_cli(
+        "heldout",
+        "--config",
+        json.dumps(REPORT_CONFIG),
+        "--manifest",
+        output.with_name(output.name + ".manifest.json"),
+        "--model",
+        model,
+        "--prompts",
+        prompts_file,
+        "--output",
+        output,
+    )
+    return output
+
+
+def run_report(heldout: dict[str, Path], out: Path, config=REPORT_CONFIG) -> dict:
     run_cli(
         "report",
         "--config",
-        config,
+        json.dumps(config),
         "--manifest",
-        tmp_path / "m.json",
-        "--model",
-        f"sft={workspace / 'sft'}",
-        "--model",
-        f"aligned={tmp_path / 'aligned'}",
-        "--prompts",
-        workspace / "prompts.jsonl",
+        out / "report.manifest.json",
+        *(a for name, folder in heldout.items() for a in ("--policy", f"{name}={folder}")),
         "--output",
-        tmp_path / "report.json",
+        out / "report.json",
         "--markdown",
-        tmp_path / "report.md",
+        out / "report.md",
     )
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert report["baseline"] == "sft" and report["order"] == ["sft", "aligned"]
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def heldout_run(workspace, policies) -> Path:
+    """One heldout step per policy (as the workflow's one job per policy), then the report."""
+    out = workspace / "heldout_run"
+    prompts_file = workspace / "prompts.jsonl"
+    heldout = {
+        name: run_heldout(model, prompts_file, out / name) for name, model in policies.items()
+    }
+    run_report(heldout, out)
+    return out
+
+
+def test_heldout_step_scores_the_greedy_answers_of_one_policy(heldout_run, policies, prompts, hf):
+    result = json.loads((heldout_run / "sft" / "rewards.json").read_text())
+    assert result["model"] == str(policies["sft"]) and result["config"] == REPORT_CONFIG
     model, tok = hf
     stops = {tok.convert_tokens_to_ids("<|assistant_end|>"), tok.eos_token_id}
     chrf = CHRF()
@@ -538,26 +584,141 @@ def test_report_compares_mean_rewards_of_greedy_answers(workspace, prompts, tmp_
         answer = naive_sampler(model, ids, 0, temperature=0, max_new_tokens=6, stops=stops)
         body = answer[:-1] if answer[-1] in stops else answer
         text = tok.decode(body, skip_special_tokens=True)
-        entry = report["models"]["sft"]["prompts"][p.id]
+        entry = result["greedy"]["prompts"][p.id]
         assert entry["answer"] == text
         assert entry["reward"] == pytest.approx(
             chrf.sentence_score(text, [p.reference]).score / 100
         )
-    for name, r in report["models"].items():
-        per_prompt = [v["reward"] for v in r["prompts"].values()]
-        assert r["mean"] == pytest.approx(sum(per_prompt) / len(per_prompt)), name
-    sft, aligned = (report["models"][n]["prompts"] for n in ("sft", "aligned"))
-    wins = sum(aligned[p]["reward"] > sft[p]["reward"] for p in sft) / len(sft)
-    assert report["comparison"]["aligned"]["win_rate"] == wins
-    assert report["comparison"]["aligned"]["mean_delta"] == pytest.approx(
-        report["models"]["aligned"]["mean"] - report["models"]["sft"]["mean"]
-    )
-    diffs = [aligned[p]["reward"] - sft[p]["reward"] for p in sft]
-    assert report["comparison"]["aligned"]["delta_stderr"] == pytest.approx(
-        statistics.stdev(diffs) / math.sqrt(len(diffs))
-    )
-    md = (tmp_path / "report.md").read_text()
+    for part in ("greedy", "sampled"):
+        per_prompt = [v["reward"] for v in result[part]["prompts"].values()]
+        assert result[part]["mean"] == pytest.approx(sum(per_prompt) / len(per_prompt))
+        assert result[part]["count"] == len(prompts)
+    manifest = json.loads((heldout_run / "sft.manifest.json").read_text())
+    assert manifest["step"] == "heldout" and manifest["summary"]["prompts"] == len(prompts)
+
+
+def test_ended_turn_is_the_fraction_of_answers_closed_by_assistant_end(
+    heldout_run, policies, prompts
+):
+    """Greedy answers and the n samples per prompt (seeded with seed + 1) of each policy: the
+    fraction whose finish reason is <|assistant_end|>, not max_new_tokens nor </s>."""
+    options = dict(max_new_tokens=6, batch_size=4, device="cpu")
+    for name, model in policies.items():
+        result = json.loads((heldout_run / name / "rewards.json").read_text())
+        greedy = generate_answers(model, prompts, temperature=0.0, seed=0, **options)
+        sampled = generate_answers(model, prompts, n=3, temperature=1.0, seed=12, **options)
+        for part, answers in (("greedy", greedy), ("sampled", sampled)):
+            ended = [a.finish_reason == "assistant_end" for a in answers]
+            assert result[part]["ended_turn"] == sum(ended) / len(ended), (name, part)
+    stopping = json.loads((heldout_run / "stopping" / "rewards.json").read_text())
+    assert 0 < stopping["sampled"]["ended_turn"] < 1  # the stopping model ends some turns
+
+
+def test_report_compares_each_policy_with_the_first(heldout_run, prompts):
+    report = json.loads((heldout_run / "report.json").read_text())
+    assert report["baseline"] == "sft" and report["order"] == list(POLICIES)
+    assert report["prompt_count"] == len(prompts) and report["reward"]["kind"] == "chrf"
+    assert (report["sampled"]["n"], report["sampled"]["temperature"]) == (3, 1.0)
+    for table in (report, report["sampled"]):
+        sft = table["models"]["sft"]["prompts"]
+        for name in POLICIES[1:]:
+            own = table["models"][name]["prompts"]
+            diffs = [own[p]["reward"] - sft[p]["reward"] for p in sft]
+            cmp = table["comparison"][name]
+            assert cmp["win_rate"] == sum(d > 0 for d in diffs) / len(diffs)
+            assert cmp["tie_rate"] == sum(d == 0 for d in diffs) / len(diffs)
+            assert cmp["mean_delta"] == pytest.approx(
+                table["models"][name]["mean"] - table["models"]["sft"]["mean"]
+            )
+            assert cmp["delta_stderr"] == pytest.approx(
+                statistics.stdev(diffs) / math.sqrt(len(diffs))
+            )
+    md = (heldout_run / "report.md").read_text()
     assert "| sft |" in md and "| aligned |" in md and "chrf" in md
+    for title, table in (("# Expected reward", report["sampled"]), ("# Reward of greedy", report)):
+        head, rows = markdown_table(md, title)
+        assert head[-1] == "ended turn"
+        for name in POLICIES:
+            assert rows[name][-1] == f"{table['models'][name]['ended_turn']:.2f}"
+    manifest = json.loads((heldout_run / "report.manifest.json").read_text())
+    assert manifest["step"] == "qrpo_report"
+    assert [Path(i["path"]).parent.name for i in manifest["inputs"]] == list(POLICIES)
+
+
+def markdown_table(markdown: str, title: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header and the rows (by model) of the Markdown table under `title`."""
+    lines = markdown[markdown.index(title) :].splitlines()[2:]
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines))
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    return cells[0], {row[0]: row for row in cells[2:]}
+
+
+def test_split_report_equals_both_policies_in_one_process(heldout_run, policies, prompts):
+    """The report from one heldout job per policy holds exactly the numbers of answering and
+    scoring every policy in one process with one reward: each sample has its own seeded
+    stream, so a policy's answers do not depend on which policies share the process."""
+    cfg = SamplingConfig.from_dict(REPORT_CONFIG)
+    reward = build_reward(cfg.reward)
+    options = dict(max_new_tokens=6, batch_size=4, dtype="float32", device="cpu")
+    greedy, sampled = {}, {}
+    for name, model in policies.items():
+        greedy[name] = {"folder": str(model), **mean_reward(model, prompts, reward, **options)}
+        sampled[name] = mean_reward(
+            model, prompts, reward, n=3, temperature=1.0, seed=cfg.seed + 1, **options
+        )
+    report = json.loads((heldout_run / "report.json").read_text())
+    assert report["models"] == greedy
+    assert report["sampled"]["models"] == sampled
+    assert report["comparison"] == reward_comparison(greedy)
+    assert report["sampled"]["comparison"] == reward_comparison(sampled)
+
+
+def test_report_loads_no_model(heldout_run, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the report loaded a model")
+
+    monkeypatch.setattr(sampling, "generate_answers", refuse)
+    monkeypatch.setattr(sampling, "load_causal_lm", refuse)
+    heldout = {name: heldout_run / name for name in ("sft", "stopping")}
+    report = run_report(heldout, tmp_path)
+    assert report["order"] == ["sft", "stopping"]
+    assert (
+        report["sampled"]["models"]["stopping"]
+        == json.loads((heldout_run / "stopping" / "rewards.json").read_text())["sampled"]
+    )
+
+
+def test_report_refuses_heldout_results_it_cannot_compare(heldout_run, tmp_path):
+    heldout = {name: heldout_run / name for name in POLICIES}
+    with pytest.raises(ApertusError, match=r"made with another posttrain\.qrpo_data config"):
+        run_report(heldout, tmp_path, config={**REPORT_CONFIG, "n_samples": 4})
+    with pytest.raises(ApertusError, match="--policy names must differ"):
+        run_cli(
+            "report",
+            "--config",
+            json.dumps(REPORT_CONFIG),
+            "--manifest",
+            tmp_path / "m.json",
+            "--policy",
+            f"sft={heldout_run / 'sft'}",
+            "--policy",
+            f"sft={heldout_run / 'aligned'}",
+            "--output",
+            tmp_path / "r.json",
+        )
+    with pytest.raises(ApertusError, match="missing input"):
+        run_report({"sft": heldout_run / "sft", "qrpo": tmp_path / "nowhere"}, tmp_path)
+    fewer = tmp_path / "fewer"
+    fewer.mkdir()
+    result = json.loads((heldout_run / "aligned" / "rewards.json").read_text())
+    result["sampled"]["prompts"].pop("en-1")
+    (fewer / "rewards.json").write_text(json.dumps(result))
+    with pytest.raises(ApertusError, match=r"policy qrpo \(sampled\) answered other held-out"):
+        run_report({"sft": heldout_run / "sft", "qrpo": fewer}, tmp_path)
+    (fewer / "rewards.json").write_text(json.dumps({"greedy": {}}))
+    with pytest.raises(ApertusError, match="expected an object with the keys config, greedy"):
+        run_report({"sft": heldout_run / "sft", "qrpo": fewer}, tmp_path)
+    assert not (tmp_path / "report.json").exists()
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -21,7 +21,13 @@ from tests.conftest import REPO
 
 CPU = {"threads": 16, "mem_mb": 64000, "runtime": 720, "slurm_partition": "cpu"}
 # Rules of GPU stages that do CPU work and take `resources.default`.
-CPU_RULES = {"posttrain_instructions", "posttrain_sft_data", "evaluate_tasks", "evaluate_table"}
+CPU_RULES = {
+    "posttrain_instructions",
+    "posttrain_sft_data",
+    "posttrain_report",
+    "evaluate_tasks",
+    "evaluate_table",
+}
 GPU = {"threads": 72, "mem_mb": 400000, "runtime": 720, "gpus": 4, "slurm_partition": "gpu"}
 
 

@@ -21,6 +21,7 @@ POSTTRAIN_JOBS = {
     "posttrain_qrpo_sample": 1,
     "posttrain_qrpo_score": 1,
     "posttrain_qrpo": 1,
+    "posttrain_heldout": 2,
     "posttrain_report": 1,
 }
 

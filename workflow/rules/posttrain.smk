@@ -1,6 +1,7 @@
 # Post-training (RECIPE.md §7): the instruction set -> SFT data -> SFT on torchtitan from the
 # last pretraining stage -> QRPO: reference samples from the exported SFT model, rewards,
-# quantiles and reference log-probs -> QRPO training -> the reward report (SFT vs aligned).
+# quantiles and reference log-probs -> QRPO training -> each policy's answers to the held-out
+# prompts, scored -> the reward report (SFT vs aligned).
 # The SFT and QRPO models are exported and evaluated by workflow/rules/evaluate.smk.
 # Code: apertus/posttrain/. Config: `posttrain:` (config/README.md). Tests: tests/posttrain/.
 
@@ -160,11 +161,40 @@ rule posttrain_qrpo:
         " --work-dir {params.work_dir} > {log} 2>&1"
 
 
+# One job per policy (sft, qrpo): greedy answers and n samples per held-out prompt from its
+# export, scored with the QRPO reward, with the fraction that ended their turn. The SFT
+# policy's job runs while QRPO trains.
+rule posttrain_heldout:
+    input:
+        model=stage_path("export", "{policy}"),
+        instructions=POSTTRAIN_INSTRUCTIONS,
+    output:
+        out=directory(stage_path("posttrain", "heldout", "{policy}")),
+        manifest=stage_path("posttrain", "heldout", "{policy}.manifest.json"),
+    log:
+        log_path("posttrain", "heldout-{policy}"),
+    benchmark:
+        benchmark_path("posttrain", "heldout-{policy}")
+    wildcard_constraints:
+        policy="|".join(POSTTRAIN_STAGES),
+    conda:
+        "../../environment.yml"
+    threads: stage_threads("posttrain")
+    resources:
+        **stage_job_resources("posttrain"),
+    params:
+        config=stage_subconfig("posttrain", "qrpo_data"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling heldout"
+        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
+        " --prompts {input.instructions}/heldout.jsonl --output {output.out} > {log} 2>&1"
+
+
+# The policies side by side (SFT the baseline) from their heldout results: no model is loaded.
 rule posttrain_report:
     input:
-        sft=stage_path("export", "sft"),
-        qrpo=stage_path("export", "qrpo"),
-        instructions=POSTTRAIN_INSTRUCTIONS,
+        sft=stage_path("posttrain", "heldout", "sft"),
+        qrpo=stage_path("posttrain", "heldout", "qrpo"),
     output:
         json=stage_path("posttrain", "reward_report.json"),
         markdown=stage_path("posttrain", "reward_report.md"),
@@ -175,15 +205,15 @@ rule posttrain_report:
         benchmark_path("posttrain", "reward_report")
     conda:
         "../../environment.yml"
-    threads: stage_threads("posttrain")
+    threads: 1
     resources:
-        **stage_job_resources("posttrain"),
+        # CPU work: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
     params:
         config=stage_subconfig("posttrain", "qrpo_data"),
     shell:
-        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling report"
-        " --config {params.config:q} --manifest {output.manifest} --model sft={input.sft}"
-        " --model qrpo={input.qrpo} --prompts {input.instructions}/heldout.jsonl"
+        "python -m apertus.posttrain.sampling report --config {params.config:q}"
+        " --manifest {output.manifest} --policy sft={input.sft} --policy qrpo={input.qrpo}"
         " --output {output.json} --markdown {output.markdown} > {log} 2>&1"
 
 
