@@ -311,6 +311,26 @@ def trained_stream(run_dir: Path) -> tuple[Path, int]:
     return phase_dir, windows * (seq_len + 1)
 
 
+def goldfish_record(run_dir: Path) -> dict[str, Any]:
+    """The Goldfish loss of a pretraining run output (RECIPE §2): its settings and the share of
+    labels it dropped, over all the run's steps (the `goldfish_fraction` of its metrics; None
+    when the run kept no metrics)."""
+    from apertus.train.metrics import read_metrics
+    from apertus.train.run_spec import load_run_spec
+
+    spec = load_run_spec(Path(run_dir) / "spec.json")
+    metrics = Path(run_dir) / "metrics.jsonl"
+    records = read_metrics(metrics).values() if metrics.is_file() else []
+    fractions = [m["goldfish_fraction"] for m in records if "goldfish_fraction" in m]
+    return {
+        "run": Path(run_dir).name,
+        "enabled": spec.goldfish.enabled,
+        "k": spec.goldfish.k,
+        "h": spec.goldfish.h,
+        "dropped_fraction": sum(fractions) / len(fractions) if fractions else None,
+    }
+
+
 def exposure_counts(
     phases: Sequence[Path | str | tuple[Path | str, int | None]],
     probes_jsonl: Path,
@@ -365,6 +385,14 @@ def exposure_counts(
 # Plot
 
 
+def _read_result(path: Path | str) -> dict[str, Any]:
+    """A memorization.json, or an ApertusError naming it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ApertusError(f"cannot read memorization results {path}: {e}") from None
+
+
 def plot_curves(results: Mapping[str, dict[str, Any] | Path | str], path: Path) -> Path:
     """Rouge-L (mean, with the min-max range shaded) and mean exact-match prefix against the
     exposure count (log scale), one curve per labelled result (a :func:`measure` dict or the
@@ -381,10 +409,7 @@ def plot_curves(results: Mapping[str, dict[str, Any] | Path | str], path: Path) 
     exposures_seen: list[int] = []
     for i, (label, result) in enumerate(results.items()):
         if not isinstance(result, dict):
-            try:
-                result = json.loads(Path(result).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as e:
-                raise ApertusError(f"cannot read memorization results {result}: {e}") from None
+            result = _read_result(result)
         color = f"C{i}"
         planted = [row for row in result["curve"] if row["exposures"] > 0]
         x = [row["exposures"] for row in planted]
@@ -446,6 +471,7 @@ def main(argv=None):
         help="pretraining run outputs (pretrain/<name>): the part of their phase they trained on",
     )
     parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--label", help="this curve's label (default: evaluate.memorization.label)")
     parser.add_argument(
         "--compare",
         nargs="*",
@@ -462,9 +488,10 @@ def main(argv=None):
     if not isinstance(section, dict):
         raise ApertusError("evaluate.memorization must be a mapping")
     cfg = MemorizationConfig.from_dict(section)
+    label = args.label or cfg.label
     if bool(args.phases) == bool(args.runs):
         raise ApertusError("give either --phases (planned data) or --runs (trained data)")
-    compare = labelled_paths(args.compare, "--compare", taken=cfg.label)
+    compare = labelled_paths(args.compare, "--compare", taken=label)
     inputs = [args.model, args.probes, args.tokenizer, *args.phases, *args.runs, *compare.values()]
     with StepRun(
         "evaluate",
@@ -485,7 +512,11 @@ def main(argv=None):
             batch_size=cfg.batch_size,
             device=cfg.device,
         )
-        result["label"] = cfg.label
+        result["label"] = label
+        if args.runs:
+            result["goldfish"] = goldfish_record(args.runs[-1])
+        # The curves plotted beside this one, kept with it (the release card reads them).
+        result["compared"] = {name: _read_result(path) for name, path in compare.items()}
         result["phases"] = [
             {"phase": str(p), "tokens": None}
             if isinstance(p, Path)
@@ -494,7 +525,7 @@ def main(argv=None):
         ]
         args.output.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.output / RESULT_FILE, result)
-        plot_curves({cfg.label: result, **compare}, args.output / PLOT_FILE)
+        plot_curves({label: result, **compare}, args.output / PLOT_FILE)
         step.summary.update(
             curve=result["curve"], exposure_mismatches=len(result["exposure_mismatches"])
         )
@@ -516,7 +547,7 @@ def labelled_paths(items: list[str], flag: str, taken: str | None = None) -> dic
 
 def plot_main(argv=None):
     """``python -m apertus.evaluate.memorization plot --curve LABEL=JSON ... --output PNG``:
-    the curves of several runs in one plot (e.g. the default and config/variants/no-goldfish.yaml),
+    the curves of several runs in one plot (e.g. a phase and its Goldfish control),
     and their numbers per exposure count on stdout."""
     import argparse
 

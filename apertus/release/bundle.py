@@ -66,6 +66,7 @@ class ReleaseInputs:
     aligned: Path | None = None
     aligned_checkpoint: str | None = None
     memorization: Path | None = None
+    memorization_control: Path | None = None
     reward_json: Path | None = None
     reward_md: Path | None = None
 
@@ -188,6 +189,12 @@ def build_release(
             for name in ("memorization.json", "memorization.png"):
                 _copy(inputs.memorization / name, evaluation / name)
             memorization = _read_json(evaluation / "memorization.json")
+        control = None
+        if inputs.memorization_control is not None:
+            for name in ("memorization.json", "memorization.png"):
+                target = evaluation / name.replace("memorization", "memorization-control")
+                _copy(inputs.memorization_control / name, target)
+            control = _read_json(evaluation / "memorization-control.json")
         reward_report = None
         if inputs.reward_json is not None:
             _copy(inputs.reward_json, evaluation / "reward_report.json")
@@ -205,6 +212,7 @@ def build_release(
             funnel=_read_json(built / "data" / "funnel.json"),
             stages=stages,
             memorization=memorization,
+            memorization_control=control,
             reward_report=reward_report,
         )
         atomic_write_text(built / "README.md", render_card(config, facts))

@@ -58,6 +58,8 @@ class CardFacts:
     funnel: dict[str, Any]
     stages: dict[str, dict[str, Any]]  # "<stage>/<step>" -> step manifest
     memorization: dict[str, Any] | None = None
+    memorization_control: dict[str, Any] | None = None
+    """The Goldfish control's memorization.json (its phase's curve under ``compared``)."""
     reward_report: dict[str, Any] | None = None
 
 
@@ -387,6 +389,34 @@ def _memorization(facts: CardFacts) -> str:
     )
 
 
+def _goldfish_comparison(control: dict[str, Any]) -> str:
+    """The control run's curve next to its phase's (the same run with Goldfish on)."""
+    compared = control.get("compared", {})
+    label = next(iter(compared), None)
+    with_goldfish = compared.get(label, {}) if label else {}
+    on = with_goldfish.get("goldfish") or {}
+    rouge = {
+        name: {r["exposures"]: r.get("rouge_l_mean") for r in result.get("curve", [])}
+        for name, result in (("on", with_goldfish), ("off", control))
+    }
+    exposures = sorted(set(rouge["on"]) | set(rouge["off"]))
+    rows = [(e, rouge["on"].get(e), rouge["off"].get(e)) for e in exposures]
+    fraction = on.get("dropped_fraction")
+    return "\n".join(
+        [
+            f"The same phase trained twice from the same start on the same data: with Goldfish "
+            f"(run `{on.get('run')}`, k = {on.get('k')}, h = {on.get('h')}, "
+            f"{_fmt(100 * fraction if fraction is not None else None)}% of its labels dropped) "
+            f"and without (run `{(control.get('goldfish') or {}).get('run')}`). Without Goldfish "
+            "the planted probes are recalled more the more often they were seen; with it, recall "
+            "stays at the never-seen controls' level (exposures 0) "
+            "(`evaluation/memorization-control.json`, `memorization-control.png`).",
+            "",
+            _table(["exposures", "Rouge-L with Goldfish", "Rouge-L without"], rows),
+        ]
+    )
+
+
 def _reward(facts: CardFacts) -> str:
     r = facts.reward_report
     assert r is not None
@@ -487,6 +517,13 @@ def card_body(config: ReleaseConfig, facts: CardFacts) -> str:
     ]
     if facts.memorization is not None:
         sections += ["", "## Memorization", "", _memorization(facts)]
+    if facts.memorization_control is not None:
+        sections += [
+            "",
+            "### Goldfish against memorization",
+            "",
+            _goldfish_comparison(facts.memorization_control),
+        ]
     if facts.reward_report is not None:
         sections += ["", "## Alignment (QRPO reward)", "", _reward(facts)]
     sections += [

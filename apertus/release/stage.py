@@ -2,7 +2,8 @@
 
 python -m apertus.release.stage --config RELEASE_JSON --run-config FULL_CONFIG_JSON
     --manifest M --run-dir RUN --base DIR=CHECKPOINT [--aligned DIR=CHECKPOINT]
-    --table DIR [--memorization DIR] --funnel-json F --funnel-png F
+    --table DIR [--memorization DIR] [--memorization-control DIR]
+        --funnel-json F --funnel-png F
     [--reward-json F --reward-md F] --output DIR [--sinks FILE...]
 """
 
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--aligned", type=_model_argument, help="DIR=CHECKPOINT")
     parser.add_argument("--table", type=Path, required=True, help="evaluate/table/")
     parser.add_argument("--memorization", type=Path, help="the base model's memorization dir")
+    parser.add_argument(
+        "--memorization-control", type=Path, help="the Goldfish control's memorization dir"
+    )
     parser.add_argument("--funnel-json", type=Path, required=True)
     parser.add_argument("--funnel-png", type=Path, required=True)
     parser.add_argument("--reward-json", type=Path)
@@ -62,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         aligned=aligned,
         aligned_checkpoint=aligned_checkpoint,
         memorization=args.memorization,
+        memorization_control=args.memorization_control,
         reward_json=args.reward_json,
         reward_md=args.reward_md,
     )
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             aligned,
             args.table,
             args.memorization,
+            args.memorization_control,
             args.funnel_json,
             args.funnel_png,
             args.reward_json,

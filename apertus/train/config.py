@@ -60,3 +60,5 @@ class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     nnodes: int
     phases: tuple[str, ...]
     long_context: tuple[LongContextStage, ...]
+    goldfish_control: str | None = None
+    """A phase trained a second time without Goldfish (`apertus.train.plan`); None: none."""

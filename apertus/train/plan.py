@@ -12,7 +12,12 @@ The stages, in order:
   schedule over all phases, with its own data from the start);
 - then the long-context stages of ``pretrain.long_context``: each loads the previous stage's
   weights only (``weights``: a fresh optimizer, a constant LR after its warmup, its own
-  sequence length and RoPE theta; RECIPE §6).
+  sequence length and RoPE theta; RECIPE §6);
+- beside the line, the Goldfish control ``<phase>-no-goldfish`` when
+  ``pretrain.goldfish_control`` names a phase: that phase trained a second time, from the same
+  start on the same data, with Goldfish off, so the memorization probes it plants show what
+  Goldfish suppresses (RECIPE §2, §8). Nothing continues from it; it is listed right after its
+  phase.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from typing import Literal
 from apertus.core import ApertusError
 from apertus.train.config import PretrainConfig
 
-__all__ = ["PlannedStage", "planned_stage", "pretrain_stages"]
+__all__ = ["CONTROL_SUFFIX", "PlannedStage", "planned_stage", "pretrain_stages"]
+
+CONTROL_SUFFIX = "-no-goldfish"
 
 
 @dataclass(frozen=True)
@@ -31,7 +38,7 @@ class PlannedStage:
     """One pretraining stage of the plan."""
 
     name: str
-    kind: Literal["phase", "long_context"]
+    kind: Literal["phase", "long_context", "control"]
     previous: str | None
     """The stage it starts from (None: the first phase, from a fresh model)."""
     start: Literal["fresh", "continue", "weights"]
@@ -43,19 +50,38 @@ class PlannedStage:
 
 def pretrain_stages(cfg: PretrainConfig) -> list[PlannedStage]:
     """The stages of the ``pretrain:`` config section, in training order."""
+    control = cfg.goldfish_control
     names = [*cfg.phases, *(stage.name for stage in cfg.long_context)]
+    if control is not None:
+        if control not in cfg.phases:
+            raise ApertusError(
+                f"pretrain.goldfish_control: {control!r} is not one of pretrain.phases "
+                f"{list(cfg.phases)}"
+            )
+        if not cfg.goldfish.enabled:
+            raise ApertusError(
+                "pretrain.goldfish_control: Goldfish is off (pretrain.goldfish.enabled), so "
+                "a run without it controls nothing; set goldfish_control to null"
+            )
+        names.append(control + CONTROL_SUFFIX)
     if len(set(names)) != len(names):
         duplicated = sorted({n for n in names if names.count(n) > 1})
         raise ApertusError(f"pretrain: stage name(s) {duplicated} appear more than once")
     stages: list[PlannedStage] = []
+    line: list[PlannedStage] = []  # the stages that continue each other
     for name in cfg.phases:
-        previous = stages[-1].name if stages else None
+        previous = line[-1].name if line else None
         start = "continue" if previous else "fresh"
-        stages.append(PlannedStage(name, "phase", previous, start, cfg.nnodes))
+        line.append(PlannedStage(name, "phase", previous, start, cfg.nnodes))
+        stages.append(line[-1])
+        if name == control:
+            stages.append(
+                PlannedStage(name + CONTROL_SUFFIX, "control", previous, start, cfg.nnodes)
+            )
     for stage in cfg.long_context:
-        previous = stages[-1].name if stages else None
         nnodes = cfg.nnodes if stage.nnodes is None else stage.nnodes
-        stages.append(PlannedStage(stage.name, "long_context", previous, "weights", nnodes))
+        line.append(PlannedStage(stage.name, "long_context", line[-1].name, "weights", nnodes))
+        stages.append(line[-1])
     return stages
 
 

@@ -4,9 +4,10 @@
         [--previous DIR] --output DIR --work-root DIR
 
 A stage is either a pretraining phase (continuing the previous phase's optimizer, step count and
-WSD schedule on its own data; RECIPE.md §4-§5) or a long-context stage (the previous weights
+WSD schedule on its own data; RECIPE.md §4-§5), a long-context stage (the previous weights
 with a new sequence length and RoPE theta, a fresh optimizer and a constant LR after warmup;
-RECIPE.md §6). The run itself is torchtitan under torchrun (`apertus.train.launch`).
+RECIPE.md §6) or the Goldfish control (a phase again, Goldfish off; `apertus.train.plan`).
+The run itself is torchtitan under torchrun (`apertus.train.launch`).
 
 Checkpoints live in a work directory named after everything the run depends on (its spec, the
 phase index, the checkpoint it starts from): re-running a killed job resumes from its last
@@ -16,6 +17,7 @@ final checkpoint is, the last loss, the data's unigram entropy), the spec and th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -30,7 +32,7 @@ from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.config import PretrainConfig
-from apertus.train.plan import planned_stage
+from apertus.train.plan import CONTROL_SUFFIX, planned_stage
 from apertus.train.run_spec import (
     CheckpointSpec,
     LRSpec,
@@ -99,6 +101,10 @@ def run_spec(
     """The torchtitan run spec of pretraining stage `name` (the `pretrain:` config, the previous
     stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s."""
     stage = planned_stage(cfg, name)
+    if stage.kind == "control":
+        # Its phase's run, Goldfish off (apertus.train.plan): same start, data and schedule.
+        spec = run_spec(cfg, name.removesuffix(CONTROL_SUFFIX), phases_root, previous)
+        return dataclasses.replace(spec, goldfish=dataclasses.replace(spec.goldfish, enabled=False))
     if stage.previous is not None and previous is None:
         kind = "long-context stage" if stage.kind == "long_context" else "phase"
         raise ApertusError(f"{kind} {name!r} needs the previous stage's weights")
@@ -216,8 +222,9 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--work-root", type=Path, required=True)
     args = parser.parse_args(argv)
-    # A phase's rule passes every key but the long-context stages (they do not concern it).
-    cfg = PretrainConfig.from_dict({"long_context": [], **args.config})
+    # A phase's rule passes every key but the long-context stages and the Goldfish control
+    # (they do not concern it).
+    cfg = PretrainConfig.from_dict({"long_context": [], "goldfish_control": None, **args.config})
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
     spec = run_spec(cfg, args.name, args.phases_root, previous)
     assert spec.phase_dir is not None

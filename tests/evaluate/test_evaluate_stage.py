@@ -17,7 +17,7 @@ from tests.conftest import planned_jobs
 
 pytestmark = pytest.mark.slow
 
-STAGES = ["phase1", "phase2", "ctx256", "sft", "qrpo"]
+STAGES = ["phase1", "phase2", "phase2-no-goldfish", "ctx256", "sft", "qrpo"]
 BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 
 
@@ -109,7 +109,8 @@ def test_memorization_is_measured_at_the_planted_exposures(default_run):
 
 
 def test_lm_eval_by_hand_on_an_export_gives_the_pipelines_numbers(default_run, tmp_path):
-    """What a new user does: run the recorded `lm_eval` command, from another directory."""
+    """What a new user does: run the recorded `lm_eval` command, from another directory. Each
+    lm_eval line of command.sh gives its invocation's results file of the pipeline."""
     stage_dir = default_run / "evaluate" / "lm_eval" / "ctx256"
     env = {
         **os.environ,
@@ -127,21 +128,24 @@ def test_lm_eval_by_hand_on_an_export_gives_the_pipelines_numbers(default_run, t
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    pipeline = lm_eval_results(default_run, "ctx256")
-    by_hand: dict[str, dict] = {}
-    for path in sorted(glob.glob(str(tmp_path / "again" / "results-*_*.json"))):
-        by_hand.update(json.loads(Path(path).read_text())["results"])
-    assert by_hand.keys() == pipeline.keys()
-    for task, metrics in pipeline.items():
-        for metric, value in metrics.items():
-            if isinstance(value, float):
-                assert by_hand[task][metric] == pytest.approx(value, rel=1e-9), (task, metric)
+    invocations = sorted((stage_dir / "lm_eval").glob("results-*.json"))
+    assert len(invocations) >= 2  # rolling perplexity and multiple choice run apart
+    assert len(glob.glob(str(tmp_path / "again" / "results-*_*.json"))) == len(invocations)
+    for path in invocations:
+        (again,) = glob.glob(str(tmp_path / "again" / f"{path.stem}_*.json"))
+        by_hand = json.loads(Path(again).read_text())["results"]
+        pipeline = json.loads(path.read_text())["results"]
+        assert by_hand.keys() == pipeline.keys()
+        for task, metrics in pipeline.items():
+            for metric, value in metrics.items():
+                if isinstance(value, float):
+                    assert by_hand[task][metric] == pytest.approx(value, rel=1e-9), (task, metric)
 
 
 def test_changing_the_suite_reruns_only_evaluation(default_run, tmp_path):
     text = "evaluate:\n  suite:\n    tasks: [{task: apertus_mc}]\n"
     assert planned_jobs(default_run, tmp_path, text) == {
-        "evaluate_checkpoint": 5,
+        "evaluate_checkpoint": 6,
         "evaluate_table": 1,
         "release": 1,
         "report_summary": 1,
@@ -152,9 +156,9 @@ def test_changing_the_export_dtype_reruns_exports_and_their_evaluations(default_
     jobs = planned_jobs(default_run, tmp_path, "export:\n  dtype: bfloat16\n")
     # QRPO samples from the SFT export, so its data and training follow
     assert jobs == {
-        "export_checkpoint": 5,
-        "evaluate_checkpoint": 5,
-        "evaluate_memorization": 5,
+        "export_checkpoint": 6,
+        "evaluate_checkpoint": 6,
+        "evaluate_memorization": 6,
         "evaluate_table": 1,
         "posttrain_qrpo_sample": 1,
         "posttrain_qrpo_score": 1,

@@ -575,24 +575,3 @@ def test_plot_command_compares_two_runs(tmp_path, capsys):
         plot_main(["--curve", "nolabel", "--output", str(out)])
     with pytest.raises(ApertusError, match="cannot read"):
         plot_main(["--curve", f"x={tmp_path / 'missing.json'}", "--output", str(out)])
-
-
-def test_no_goldfish_variant_is_the_default_with_goldfish_off():
-    """config/variants/no-goldfish.yaml changes the Goldfish switch, the run name and the plot
-    label, nothing else: its curve is comparable with the default's."""
-    from apertus.core import REPO_ROOT
-    from apertus.core.config import load_config
-
-    default = load_config()
-    variant = load_config([REPO_ROOT / "config" / "variants" / "no-goldfish.yaml"])
-    assert default["pretrain"]["goldfish"]["enabled"] is True
-    assert variant["pretrain"]["goldfish"]["enabled"] is False
-    assert variant["run"] == "no-goldfish" and default["run"] != variant["run"]
-    assert variant["evaluate"]["memorization"]["label"] == "no-goldfish"
-    for section in ("pretrain", "evaluate"):
-        for config in (default, variant):
-            config[section].pop("goldfish", None)
-            config[section].pop("memorization", None)
-    assert {k: v for k, v in variant.items() if k != "run"} == {
-        k: v for k, v in default.items() if k != "run"
-    }

@@ -112,3 +112,28 @@ def test_read_scores_names_a_bad_table(tmp_path):
         read_scores(tmp_path / "missing.csv")
     bad.write_text("checkpoint,a/acc,b/acc\nx,0.5,\n")
     assert read_scores(bad) == {"x": {"a/acc": 0.5, "b/acc": None}}
+
+
+def test_the_goldfish_comparison_puts_the_two_curves_side_by_side():
+    """The control's memorization.json (its phase's curve under `compared`) becomes a table of
+    Rouge-L with and without Goldfish per exposure count, with the share of labels dropped."""
+    from apertus.release.card import _goldfish_comparison
+
+    def curve(*rouge):
+        return [{"exposures": e, "rouge_l_mean": r} for e, r in zip((0, 4, 64), rouge, strict=True)]
+
+    control = {
+        "curve": curve(0.01, 0.3, 0.9),
+        "goldfish": {"run": "phase2-no-goldfish", "enabled": False},
+        "compared": {
+            "goldfish": {
+                "curve": curve(0.02, 0.03, 0.05),
+                "goldfish": {"run": "phase2", "k": 4, "h": 13, "dropped_fraction": 0.25},
+            }
+        },
+    }
+    text = _goldfish_comparison(control)
+    assert "run `phase2`, k = 4, h = 13, 25% of its labels dropped" in text
+    assert "without (run `phase2-no-goldfish`)" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 64 ")]
+    assert rows == ["| 64 | 0.05 | 0.9 |"]

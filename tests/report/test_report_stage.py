@@ -20,7 +20,7 @@ CATEGORIES = [
     "5. Post-training",
     "6. Manifests",
 ]
-TRAINING = ["phase1", "phase2", "ctx256", "sft", "qrpo"]
+TRAINING = ["phase1", "phase2", "phase2-no-goldfish", "ctx256", "sft", "qrpo"]
 MANIFEST_PAGES = [
     "data",
     "tokenize",

@@ -144,6 +144,9 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
         options = job.sbatch.split()
         seen.add(job.rule)
         stage = "default" if job.rule in CPU_RULES else job.rule.split("_")[0]
+        # Exports and the held-out reward evaluation take the evaluation resources.
+        if job.rule == "posttrain_heldout":
+            stage = "evaluate"
         entry = res.get({"export": "evaluate"}.get(stage, stage)) or res["default"]
         assert options[options.index("-t") + 1] == str(entry["runtime"]), job.rule
         assert options[options.index("-p") + 1] == entry["slurm_partition"], job.rule

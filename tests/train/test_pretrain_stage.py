@@ -74,14 +74,14 @@ def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
 
 def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_path):
     jobs = planned_jobs(default_run, tmp_path, "pretrain:\n  lr:\n    peak: 0.002\n")
-    assert jobs == {
-        "pretrain_stage": 3,
-        "export_checkpoint": 5,
-        "evaluate_checkpoint": 5,
-        "evaluate_memorization": 5,
+    assert jobs == {  # the Goldfish control (phase2-no-goldfish) trains with the same LR
+        "pretrain_stage": 4,
+        "export_checkpoint": 6,
+        "evaluate_checkpoint": 6,
+        "evaluate_memorization": 6,
         "evaluate_table": 1,
         "release": 1,
-        "report_training": 5,
+        "report_training": 6,
         "report_summary": 1,
         **POSTTRAIN_JOBS,
     }

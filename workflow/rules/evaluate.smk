@@ -6,7 +6,7 @@
 
 EVALUATE = config["evaluate"]
 # Every trained checkpoint, in training order: the pretraining stages, then SFT and QRPO.
-EVALUATE_CHECKPOINTS = PRETRAIN_STAGES + POSTTRAIN_STAGES
+EVALUATE_CHECKPOINTS = PRETRAIN_TRAINED + POSTTRAIN_STAGES
 
 
 # The memorization probes are measured when the data stage planted them.
@@ -97,17 +97,20 @@ rule evaluate_memorization:
         probes=rules.data_probes.output.out,
         # The pretraining stages up to this checkpoint: exposures are counted in what they
         # read (post-training never sees the probes).
-        runs=lambda wildcards: (
-            [
-                stage_path("pretrain", stage)
-                for stage in PRETRAIN_STAGES[
-                    : PRETRAIN_STAGES.index(wildcards.stage) + 1
-                ]
-            ]
-            if wildcards.stage in PRETRAIN_STAGES
-            else [stage_path("pretrain", stage) for stage in PRETRAIN_STAGES]
-        ),
+        runs=lambda wildcards: [
+            stage_path("pretrain", stage) for stage in pretrain_seen(wildcards.stage)
+        ],
         tokenizer=TOKENIZE_TOKENIZER,
+        # The Goldfish control is plotted beside its phase, the same run with Goldfish on.
+        goldfish=lambda wildcards: (
+            [
+                stage_path(
+                    "evaluate", "memorization", PRETRAIN_CONTROLS[wildcards.stage]
+                )
+            ]
+            if wildcards.stage in PRETRAIN_CONTROLS
+            else []
+        ),
     output:
         out=directory(stage_path("evaluate", "memorization", "{stage}")),
         manifest=stage_path("evaluate", "memorization", "{stage}.manifest.json"),
@@ -124,11 +127,16 @@ rule evaluate_memorization:
         **stage_job_resources("evaluate"),
     params:
         config=stage_config("evaluate", "memorization"),
+        control=lambda wildcards, input: (
+            f"--label no-goldfish --compare goldfish={input.goldfish[0]}/memorization.json"
+            if input.goldfish
+            else ""
+        ),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.evaluate.memorization"
         " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
         " --probes {input.probes}/probes.jsonl --runs {input.runs}"
-        " --tokenizer {input.tokenizer} --output {output.out} > {log} 2>&1"
+        " --tokenizer {input.tokenizer} --output {output.out} {params.control} > {log} 2>&1"
 
 
 rule evaluate_table:

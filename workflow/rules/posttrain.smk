@@ -67,6 +67,7 @@ rule posttrain_sft:
         log_path("posttrain", "sft"),
     benchmark:
         benchmark_path("posttrain", "sft")
+    priority: 10  # the critical path, as pretraining
     conda:
         "../../environment.yml"
     threads: stage_threads("posttrain")
@@ -94,6 +95,7 @@ rule posttrain_qrpo_sample:
         log_path("posttrain", "qrpo_samples"),
     benchmark:
         benchmark_path("posttrain", "qrpo_samples")
+    priority: 10  # the critical path, as pretraining
     conda:
         "../../environment.yml"
     threads: stage_threads("posttrain")
@@ -119,6 +121,7 @@ rule posttrain_qrpo_score:
         log_path("posttrain", "qrpo_scored"),
     benchmark:
         benchmark_path("posttrain", "qrpo_scored")
+    priority: 10  # the critical path, as pretraining
     conda:
         "../../environment.yml"
     threads: stage_threads("posttrain")
@@ -144,6 +147,7 @@ rule posttrain_qrpo:
         log_path("posttrain", "qrpo"),
     benchmark:
         benchmark_path("posttrain", "qrpo")
+    priority: 10  # the critical path, as pretraining
     conda:
         "../../environment.yml"
     threads: stage_threads("posttrain")
@@ -162,8 +166,8 @@ rule posttrain_qrpo:
 
 
 # One job per policy (sft, qrpo): greedy answers and n samples per held-out prompt from its
-# export, scored with the QRPO reward, with the fraction that ended their turn. The SFT
-# policy's job runs while QRPO trains.
+# export, scored with the QRPO reward, with the fraction that ended their turn. Evaluation
+# work: one model on the evaluation resources, behind the training jobs' priority.
 rule posttrain_heldout:
     input:
         model=stage_path("export", "{policy}"),
@@ -179,9 +183,9 @@ rule posttrain_heldout:
         policy="|".join(POSTTRAIN_STAGES),
     conda:
         "../../environment.yml"
-    threads: stage_threads("posttrain")
+    threads: stage_threads("evaluate")
     resources:
-        **stage_job_resources("posttrain"),
+        **stage_job_resources("evaluate"),
     params:
         config=stage_subconfig("posttrain", "qrpo_data"),
     shell:

@@ -3,7 +3,7 @@
 # Code: apertus/model/, apertus/train/. Config: `pretrain:` (config/README.md). Tests: tests/train/.
 
 from apertus.train.config import PretrainConfig
-from apertus.train.plan import pretrain_stages
+from apertus.train.plan import CONTROL_SUFFIX, pretrain_stages
 
 PRETRAIN = config["pretrain"]
 # Which stage follows which, and each stage's nodes: apertus.train.plan, shared with the
@@ -11,9 +11,57 @@ PRETRAIN = config["pretrain"]
 PRETRAIN_PLAN = {
     stage.name: stage for stage in pretrain_stages(PretrainConfig.from_dict(PRETRAIN))
 }
-PRETRAIN_STAGES = list(PRETRAIN_PLAN)
-# A phase depends on every key but the long-context stages; those depend on all of them.
-PRETRAIN_PHASE_KEYS = [key for key in PRETRAIN if key != "long_context"]
+# Every stage trained, in plan order; the line (each stage continuing the one before, the last
+# one post-trained and released) leaves out the Goldfish control.
+PRETRAIN_TRAINED = list(PRETRAIN_PLAN)
+PRETRAIN_STAGES = [
+    name for name, stage in PRETRAIN_PLAN.items() if stage.kind != "control"
+]
+# The Goldfish control, if any: {control stage: the phase it repeats without Goldfish}.
+PRETRAIN_CONTROLS = {
+    name: name.removesuffix(CONTROL_SUFFIX)
+    for name, stage in PRETRAIN_PLAN.items()
+    if stage.kind == "control"
+}
+# A phase depends on every key but the long-context stages and the control; the control on
+# its phase's keys and its own; the long-context stages on all of them.
+PRETRAIN_PHASE_KEYS = [
+    key for key in PRETRAIN if key not in ("long_context", "goldfish_control")
+]
+
+
+def pretrain_config(stage):
+    """The `pretrain:` keys a stage's job depends on (its params)."""
+    kind = PRETRAIN_PLAN[stage].kind
+    if kind == "phase":
+        return stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
+    if kind == "control":
+        return stage_config("pretrain", *PRETRAIN_PHASE_KEYS, "goldfish_control")
+    return stage_config("pretrain")
+
+
+def pretrain_threads(wildcards):
+    """A stage's threads; a phase and its Goldfish control train side by side, each on half."""
+    paired = (
+        wildcards.stage in PRETRAIN_CONTROLS
+        or wildcards.stage in PRETRAIN_CONTROLS.values()
+    )
+    threads = stage_threads("pretrain")
+    return max(1, threads // 2) if paired else threads
+
+
+def pretrain_seen(stage):
+    """The pretraining stages whose data a checkpoint has trained on, in order: the line up to
+    it (for the control: up to the stage before its phase, then itself); every one for a
+    post-trained checkpoint."""
+    if stage not in PRETRAIN_PLAN:
+        return PRETRAIN_STAGES
+    previous = PRETRAIN_PLAN[stage].previous
+    if PRETRAIN_PLAN[stage].kind == "control":
+        return PRETRAIN_STAGES[
+            : PRETRAIN_STAGES.index(previous) + 1 if previous else 0
+        ] + [stage]
+    return PRETRAIN_STAGES[: PRETRAIN_STAGES.index(stage) + 1]
 
 
 rule pretrain_stage:
@@ -35,10 +83,12 @@ rule pretrain_stage:
     benchmark:
         benchmark_path("pretrain", "{stage}")
     wildcard_constraints:
-        stage="|".join(PRETRAIN_STAGES),
+        stage="|".join(PRETRAIN_TRAINED),
+    # Training is the run's critical path: ahead of evaluations when both are ready.
+    priority: 10
     conda:
         "../../environment.yml"
-    threads: stage_threads("pretrain")
+    threads: pretrain_threads
     resources:
         **{
             key: lambda wildcards, key=key: stage_job_resources(
@@ -47,11 +97,7 @@ rule pretrain_stage:
             for key in stage_job_resources("pretrain")
         },
     params:
-        config=lambda wildcards: (
-            stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
-            if PRETRAIN_PLAN[wildcards.stage].kind == "phase"
-            else stage_config("pretrain")
-        ),
+        config=lambda wildcards: pretrain_config(wildcards.stage),
         phases_root=lambda wildcards, input: os.path.dirname(input.phases[0]),
         previous=lambda wildcards, input: (
             f"--previous {input.previous[0]}" if input.previous else ""
@@ -65,4 +111,4 @@ rule pretrain_stage:
         " --output {output.out} --work-root {params.work_root} > {log} 2>&1"
 
 
-TARGETS.extend(expand(rules.pretrain_stage.output.manifest, stage=PRETRAIN_STAGES))
+TARGETS.extend(expand(rules.pretrain_stage.output.manifest, stage=PRETRAIN_TRAINED))

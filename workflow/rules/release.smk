@@ -25,6 +25,14 @@ rule release:
             if EVALUATE_MEMORIZATION
             else []
         ),
+        memorization_control=(
+            [
+                stage_path("evaluate", "memorization", name)
+                for name in PRETRAIN_CONTROLS
+            ]
+            if EVALUATE_MEMORIZATION
+            else []
+        ),
         funnel_json=rules.data_funnel.output.json,
         funnel_png=rules.data_funnel.output.plot,
         reward=(
@@ -63,6 +71,11 @@ rule release:
             + (
                 [f"--memorization {input.memorization[0]}"]
                 if input.memorization
+                else []
+            )
+            + (
+                [f"--memorization-control {input.memorization_control[0]}"]
+                if input.memorization_control
                 else []
             )
             + (

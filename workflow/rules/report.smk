@@ -6,7 +6,7 @@
 # Code: apertus/report/. Config: `report:` (config/README.md). Tests: tests/report/.
 
 # Every training stage, in order: pretraining and long context, then SFT and QRPO.
-REPORT_TRAINING = PRETRAIN_STAGES + POSTTRAIN_STAGES
+REPORT_TRAINING = PRETRAIN_TRAINED + POSTTRAIN_STAGES
 # Stages with a manifest page, in pipeline order.
 REPORT_STAGES = (
     ["data", "tokenize", "pretrain", "export", "evaluate"]
