@@ -1,10 +1,11 @@
 """The workflow as a user meets it: the whole default pipeline's wall time, a no-op re-run of it,
 and the dry-run of the 70B preset's DAG, each through the `snakemake` command line.
 
-    python -m bench.pipeline [--keep DIR] [--quick] [--json FILE]
+    python -m bench.pipeline [--keep DIR] [--repeat N] [--quick] [--json FILE]
 
 Ratios (each pair measured in this run, except the fixed budget):
-- default pipeline wall time against the 10-minute budget of the developers' guide;
+- default pipeline wall time (the median of `--repeat` full runs, each in a fresh results
+  directory; default 3) against the 8-minute budget of issue 19;
 - a no-op re-run (everything up to date; checked: Snakemake must report nothing to do) against
   the full run it follows;
 - `snakemake -n` of the 70B preset (hundreds of jobs) against `snakemake -n` of the default.
@@ -19,6 +20,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,7 @@ from pathlib import Path
 from bench.common import Ratio, main
 
 ROOT = Path(__file__).resolve().parent.parent
-BUDGET_S = 600.0  # the default pipeline should stay under 10 minutes (developers' guide)
+BUDGET_S = 480.0  # the default pipeline should stay under 8 minutes on 2 cores (issue 19)
 QUICK_TARGETS = ("data_sample", "data_robots")  # rules without wildcards: targets by name
 
 
@@ -60,24 +62,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep", type=Path, help="run in this directory and keep it (default: a temporary one)"
     )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="full runs whose median is the wall time (3)"
+    )
 
 
 def measure(args: argparse.Namespace) -> list[Ratio]:
     work = args.keep or Path(tempfile.mkdtemp(prefix="apertus-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        return _measure(work, args.quick)
+        return _measure(work, args.quick, 1 if args.quick else max(1, args.repeat))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _measure(work: Path, quick: bool) -> list[Ratio]:
-    default = ["--config", f"results_dir={work / 'results'}", "run=bench"]
+def _measure(work: Path, quick: bool, repeat: int) -> list[Ratio]:
     targets = list(QUICK_TARGETS) if quick else []
     what = "pipeline up to the data sample" if quick else "default pipeline"
 
-    full = snakemake([*targets, *default], work / "full.log")
+    runs = []
+    for i in range(repeat):  # each in a fresh results directory: every job runs
+        default = ["--config", f"results_dir={work / f'results-{i}'}", "run=bench"]
+        runs.append(snakemake([*targets, *default], work / f"full-{i}.log"))
+    full = statistics.median(runs)
     noop = snakemake([*targets, *default], work / "noop.log")
     if "Nothing to be done" not in (work / "noop.log").read_text():
         raise SystemExit(f"the re-run was not a no-op: see {work / 'noop.log'} (use --keep)")
@@ -99,9 +107,10 @@ def _measure(work: Path, quick: bool) -> list[Ratio]:
             full,
             BUDGET_S,
             "s",
-            "10-minute budget",
+            "8-minute budget",
             goal=None if quick else 1.0,
-            note="snakemake with the repository's default profile (all cores), local executor",
+            note="snakemake with the repository's default profile (all cores), local executor; "
+            f"median of {repeat} run(s): " + ", ".join(f"{t:.0f}" for t in runs) + " s",
         ),
         Ratio(
             "no-op re-run / full run",
