@@ -395,24 +395,42 @@ def _goldfish_comparison(control: dict[str, Any]) -> str:
     label = next(iter(compared), None)
     with_goldfish = compared.get(label, {}) if label else {}
     on = with_goldfish.get("goldfish") or {}
-    rouge = {
-        name: {r["exposures"]: r.get("rouge_l_mean") for r in result.get("curve", [])}
+    by_exposure = {
+        name: {r["exposures"]: r for r in result.get("curve", [])}
         for name, result in (("on", with_goldfish), ("off", control))
     }
-    exposures = sorted(set(rouge["on"]) | set(rouge["off"]))
-    rows = [(e, rouge["on"].get(e), rouge["off"].get(e)) for e in exposures]
+    exposures = sorted(set(by_exposure["on"]) | set(by_exposure["off"]))
+    rows = [
+        (
+            e,
+            *(by_exposure[name].get(e, {}).get("rouge_l_mean") for name in ("on", "off")),
+            *(
+                by_exposure[name].get(e, {}).get("exact_match_prefix_mean")
+                for name in ("on", "off")
+            ),
+        )
+        for e in exposures
+    ]
     fraction = on.get("dropped_fraction")
     return "\n".join(
         [
             f"The same phase trained twice from the same start on the same data: with Goldfish "
             f"(run `{on.get('run')}`, k = {on.get('k')}, h = {on.get('h')}, "
             f"{_fmt(100 * fraction if fraction is not None else None)}% of its labels dropped) "
-            f"and without (run `{(control.get('goldfish') or {}).get('run')}`). Without Goldfish "
-            "the planted probes are recalled more the more often they were seen; with it, recall "
-            "stays at the never-seen controls' level (exposures 0) "
+            f"and without (run `{(control.get('goldfish') or {}).get('run')}`), each measured on "
+            "the probes planted in it; exposures 0 are the never-seen controls "
             "(`evaluation/memorization-control.json`, `memorization-control.png`).",
             "",
-            _table(["exposures", "Rouge-L with Goldfish", "Rouge-L without"], rows),
+            _table(
+                [
+                    "exposures",
+                    "Rouge-L with Goldfish",
+                    "Rouge-L without",
+                    "exact prefix with",
+                    "exact prefix without",
+                ],
+                rows,
+            ),
         ]
     )
 

@@ -120,7 +120,10 @@ def test_the_goldfish_comparison_puts_the_two_curves_side_by_side():
     from apertus.release.card import _goldfish_comparison
 
     def curve(*rouge):
-        return [{"exposures": e, "rouge_l_mean": r} for e, r in zip((0, 4, 64), rouge, strict=True)]
+        return [
+            {"exposures": e, "rouge_l_mean": r, "exact_match_prefix_mean": 24 * r}
+            for e, r in zip((0, 4, 64), rouge, strict=True)
+        ]
 
     control = {
         "curve": curve(0.01, 0.3, 0.9),
@@ -136,4 +139,4 @@ def test_the_goldfish_comparison_puts_the_two_curves_side_by_side():
     assert "run `phase2`, k = 4, h = 13, 25% of its labels dropped" in text
     assert "without (run `phase2-no-goldfish`)" in text
     rows = [line for line in text.splitlines() if line.startswith("| 64 ")]
-    assert rows == ["| 64 | 0.05 | 0.9 |"]
+    assert rows == ["| 64 | 0.05 | 0.9 | 1.2 | 21.6 |"]
