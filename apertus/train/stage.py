@@ -156,6 +156,14 @@ def run_spec(
     )
 
 
+def work_directory(work_root: Path, name: str, spec: RunSpec, key_material: Any) -> Path:
+    """Where run `name` trains: a folder named after it and a hash of what it depends on (the
+    spec's non-default fields and `key_material`), so a re-run with the same inputs resumes
+    there and any change starts afresh."""
+    key = sha256_text(canonical_json([spec.explicit(), key_material]))[:16]
+    return work_root / f"{name}-{key}"
+
+
 def train_and_record(
     step: StepRun,
     spec: RunSpec,
@@ -175,8 +183,7 @@ def train_and_record(
     from apertus.train.launch import STOPPED, run
     from apertus.train.metrics import read_metrics
 
-    key = sha256_text(canonical_json([spec.explicit(), key_material]))[:16]
-    work = work_root / f"{name}-{key}"
+    work = work_directory(work_root, name, spec, key_material)
     spec = spec.placed(work)
     work.mkdir(parents=True, exist_ok=True)
     write_run_spec(work / "spec.json", spec)

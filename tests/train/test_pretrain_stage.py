@@ -2,16 +2,21 @@
 `default_run`): phase 1, phase 2 continuing it, one long-context stage; the loss ends well
 below the unigram entropy of the training data, and re-runs stop at the right stage."""
 
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.metrics import read_metrics
-from apertus.train.run_spec import checkpoint_steps
+from apertus.train.run_spec import checkpoint_steps, load_run_spec
+from apertus.train.stage import work_directory
 from tests.conftest import BIN, REPO, copy_upstream, planned_jobs, run_tool
 
 pytestmark = pytest.mark.slow
@@ -91,9 +96,25 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     """Ctrl-C in the middle of phase 1, then the same snakemake command again: training starts
     from the last checkpoint, not from step 0, and ends with the uninterrupted run's loss
     (CPU training is deterministic). The data and tokenization outputs are copied from the
-    default run so that only pretraining runs."""
+    default run so that only pretraining runs, and so is one of its phase-1 checkpoints, as a
+    run of the same command stopped there earlier would have left it: the run resumes from it
+    and writes the next one before Ctrl-C, so that only the end of phase 1 trains and the
+    re-run has several checkpoints to choose from."""
     run_dir = tmp_path / "results" / "e2e"
     copy_upstream(default_run, run_dir)
+    uninterrupted = record(default_run, "phase1")
+    final = uninterrupted["final_step"]
+    checkpoint = json.loads((default_run / "pretrain" / "phase1" / "spec.json").read_text())[
+        "checkpoint"
+    ]
+    interval, default_ckpt = checkpoint["interval"], Path(checkpoint["folder"])
+    # Ctrl-C after the checkpoint two intervals before the last one, which leaves the time
+    # `apertus status` takes to run before phase 1 ends.
+    last_interval = (final - 1) // interval * interval
+    stop_after = max(last_interval - 2 * interval, 2 * interval)
+    start = stop_after - interval
+    work = phase1_work_dir(default_run, run_dir)
+    shutil.copytree(default_ckpt / f"step-{start}", work / "ckpt" / f"step-{start}")
     target = run_dir / "pretrain" / "phase1.manifest.json"
     command = [
         str(BIN / "snakemake"),
@@ -112,10 +133,15 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
         start_new_session=True,
     )
     deadline = time.monotonic() + 600
-    while not list(run_dir.glob("pretrain/_work/phase1-*/ckpt/step-50/.metadata")):
-        assert proc.poll() is None, "snakemake ended before the second checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint at step 50 within 10 minutes"
+    while not (work / "ckpt" / f"step-{stop_after}" / ".metadata").exists():
+        elsewhere = [p.parent for p in run_dir.glob("pretrain/_work/*/spec.json")]
+        if elsewhere and elsewhere != [work]:
+            os.killpg(proc.pid, signal.SIGINT)
+            pytest.fail(f"phase 1 trains in {elsewhere}, not {work}: see phase1_work_dir")
+        assert proc.poll() is None, f"snakemake ended before the checkpoint of step {stop_after}"
+        assert time.monotonic() < deadline, f"no checkpoint at step {stop_after} within 10 minutes"
         time.sleep(0.5)
+    assert min(read_metrics(work / "out" / "metrics.jsonl")) == start + 1  # resumed
     # `apertus status` on the half-finished run, while phase 1 trains.
     where = ["--results-dir", str(run_dir.parent), "--run", "e2e"]
     running = _status(*where)
@@ -123,7 +149,7 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     assert running["stages"]["pretrain"]["state"] == "running"
     assert running["stages"]["posttrain"]["state"] == "missing"
     (phase1,) = [t for t in running["training"] if t["stage"] == "phase1"]
-    assert 50 <= phase1["step"] < phase1["steps"] == record(default_run, "phase1")["final_step"]
+    assert stop_after <= phase1["step"] < phase1["steps"] == final
     assert phase1["loss"] > 0 and phase1["eta_s"] > 0
     (step,) = [s for s in running["steps"] if s["state"] == "running"]
     assert step["rule"] == "pretrain_stage" and step["log"].endswith("phase1.log")
@@ -134,19 +160,30 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     stopped = _status(*where)
     assert stopped["stages"]["pretrain"]["running"] == 0
     assert not target.exists()  # the interrupted job left no manifest
-    (work,) = run_dir.glob("pretrain/_work/phase1-*")
-    assert 50 in checkpoint_steps(work / "ckpt")
+    assert stop_after in checkpoint_steps(work / "ckpt")
+    assert final not in checkpoint_steps(work / "ckpt")
 
     run_tool("snakemake", *command[1:], check=True, timeout=900)
     manifest = json.loads(target.read_text())
-    assert manifest["summary"]["resumed_from_step"] >= 50
+    assert manifest["summary"]["resumed_from_step"] >= stop_after
     resumed = record(run_dir, "phase1")
-    assert resumed["final_step"] == record(default_run, "phase1")["final_step"]
-    assert resumed["final_loss"] == record(default_run, "phase1")["final_loss"]
+    assert resumed["final_step"] == final
+    assert resumed["final_loss"] == uninterrupted["final_loss"]
     # A config change makes the finished phase 1 stale, and leaves the data stage done.
     stale = _status(*where, "pretrain.lr.peak=0.002")
     assert stale["stages"]["data"]["state"] == "done"
     assert stale["stages"]["pretrain"]["stale"] >= 1
+
+
+def phase1_work_dir(default_run: Path, run_dir: Path) -> Path:
+    """Where phase 1 of `run_dir` (a copy of the default run's upstream stages) trains: the
+    stage names its work directory after the run spec, which holds the phase's path, and the
+    phase's phase.json (apertus.train.stage.train_and_record)."""
+    spec = load_run_spec(default_run / "pretrain" / "phase1" / "spec.json")
+    phase_dir = run_dir / "tokenize" / "phases" / "phase1"
+    moved = dataclasses.replace(spec, phase_dir=str(phase_dir))
+    key_material = [(phase_dir / PHASE_FILE).read_text(), None]  # no previous stage
+    return work_directory(run_dir / "pretrain" / "_work", "phase1", moved, key_material)
 
 
 def _status(*args: str) -> dict:

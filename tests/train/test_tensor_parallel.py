@@ -33,7 +33,6 @@ from apertus.train.metrics import read_metrics
 from apertus.train.run_spec import checkpoint_steps, load_run_spec, preflight
 from tests.train.test_torchtitan import (
     REPO,
-    build_phase,
     load_checkpoint,
     model_weights,
     run_ok,
@@ -50,17 +49,8 @@ REPLICATED = ("norm", "act.alpha", "tok_embeddings", "lm_head")
 REPLICATED_TOLERANCE = 5e-5
 
 
-@pytest.fixture(scope="module")
-def phase(tmp_path_factory) -> Path:
-    return build_phase(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture(scope="module")
-def one_process_run(phase, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("one")
-    return directory, run_ok(write_spec(directory, phase), 1)
-
-
+# The phase and the 1-process reference run (`phase`, `one_process_run`): tests/train/conftest.py,
+# shared with test_torchtitan.
 @pytest.fixture(scope="module")
 def tp_run(phase, tmp_path_factory):
     directory = tmp_path_factory.mktemp("tp2")

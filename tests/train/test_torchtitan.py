@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,11 +110,6 @@ def build_phase(root: Path, n_docs: int = 700, **source_options) -> Path:
     spec = PhaseSpec(name="p1", tokens=tokens, seed=1, weights={"web": None})
     build_phase_index(spec, {"web": root / "shards" / "web"}, root / "phase")
     return root / "phase"
-
-
-@pytest.fixture(scope="module")
-def phase(tmp_path_factory) -> Path:
-    return build_phase(tmp_path_factory.mktemp("data"))
 
 
 def write_spec(directory: Path, phase_dir: Path, **changes) -> Path:
@@ -215,14 +211,7 @@ def batch_loss(model, tokens, positions, goldfish=GOLDFISH) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# The runs the slow tests share
-
-
-@pytest.fixture(scope="module")
-def one_process_run(phase, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("run1")
-    proc = run_ok(write_spec(directory, phase), 1)
-    return directory, proc
+# The runs the slow tests share (the phase and the 1-process run: tests/train/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -336,8 +325,8 @@ def test_one_process_run_equals_a_plain_pytorch_loop(one_process_run, phase):
 def test_global_batch_ramp_doubles_the_batch_at_the_token_count(phase, tmp_path):
     """RECIPE.md §4's ramp at tiny scale: 8 sequences per step until 8 steps x 8 x 64 tokens
     were seen (the switch at 4000 tokens falls inside step 8), then 16; the LR schedule runs
-    on. The run equals the plain loop with the same batch sizes, and a run killed after the
-    switch resumes on the doubled batch."""
+    on. The run equals the plain loop with the same batch sizes, and a run stopped after the
+    switch (only its step-10 checkpoint left) resumes on the doubled batch."""
     ramp = {"global_batch": 16, "at_tokens": 4000}
     directory = tmp_path / "ramp"
     run_ok(write_spec(directory, phase, steps=20, batch_ramp=ramp), 1)
@@ -347,14 +336,17 @@ def test_global_batch_ramp_doubles_the_batch_at_the_token_count(phase, tmp_path)
     assert [logged[s]["tokens_seen"] for s in range(1, 21)] == list(64 * np.cumsum(batches))
     for step, loss in enumerate(plain_pytorch_losses(phase, batches), start=1):
         assert loss == pytest.approx(logged[step]["loss"], abs=2e-6), step
-    # Stopped at step 10 (after the switch) and resumed: the same loss at step 20.
+    # Stopped at step 10 (after the switch), with only that checkpoint, and resumed: the same
+    # batches and losses on steps 11-20.
+    assert sorted(checkpoint_steps(directory / "ckpt")) == [10, 20]
     resumed = tmp_path / "resumed"
-    lr = {**RUN["lr"], "total_steps": 20}  # the same schedule when stopped at step 10
-    spec = write_spec(resumed, phase, steps=20, batch_ramp=ramp, lr=lr)
-    run_ok(spec, 1, "--training.steps", "10")
-    assert sorted(checkpoint_steps(resumed / "ckpt")) == [10]
-    run_ok(spec, 1)
-    assert read_metrics(resumed / "out" / "metrics.jsonl")[20]["loss"] == logged[20]["loss"]
+    shutil.copytree(directory / "ckpt" / "step-10", resumed / "ckpt" / "step-10")
+    proc = run_ok(write_spec(resumed, phase, steps=20, batch_ramp=ramp), 1)
+    assert "Training starts at step 11" in proc.stdout
+    again = read_metrics(resumed / "out" / "metrics.jsonl")
+    assert list(again) == list(range(11, 21))
+    assert [again[s]["global_batch"] for s in again] == batches[10:]
+    assert [again[s]["loss"] for s in again] == [logged[s]["loss"] for s in again]
     # The phase must hold the ramped run's windows: 8 x 8 + 12 x 16 = 256 > 30 x 8.
     too_long = load_run_spec(write_spec(tmp_path / "long", phase, steps=200, batch_ramp=ramp))
     with pytest.raises(ApertusError, match=r"needs 3136 sequences for steps 1-200"):
