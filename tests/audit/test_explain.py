@@ -119,7 +119,7 @@ def test_evaluation_change_reruns_only_evaluation(default_run):
     rules = set(plan.counts())
     evaluate = {r for r in rules if r.startswith("evaluate_")}
     assert "evaluate_checkpoint" in evaluate and rules - evaluate <= DOWNSTREAM_RULES
-    assert plan.counts()["evaluate_checkpoint"] == 5  # every exported checkpoint
+    assert plan.counts()["evaluate_checkpoint"] == 6  # every exported checkpoint
 
 
 @pytest.mark.slow
