@@ -90,15 +90,26 @@ def test_memorization_is_measured_at_the_planted_exposures(default_run):
         for line in (default_run / "data" / "probes" / "probes.jsonl").read_text().splitlines()
     ]
     planted = sorted({p["exposures"] for p in probes if p["exposures"] > 0})
-    assert planted == [1, 4, 16, 64]
+    assert planted == [1, 4, 16, 64, 256]
+    seen_in_phase2 = None
     for stage in STAGES:
         result = json.loads(
             (default_run / "evaluate" / "memorization" / stage / "memorization.json").read_text()
         )
         measured = {row["exposures"] for row in result["curve"]}
         assert 0 in measured  # the never-planted controls
-        # Copies past the point where training stopped are reported, not hidden.
-        assert len(result["exposure_mismatches"]) <= 2, result["exposure_mismatches"]
+        # Each probe's exposures in what the checkpoint trained on (mismatches are reported).
+        seen = {p["probe_id"]: p["exposures"] for p in probes if p["exposures"] > 0}
+        seen |= {m["probe_id"]: m["measured"] for m in result["exposure_mismatches"]}
+        if stage == "phase1":  # the probes are planted in phase 2
+            assert measured == {0} and set(seen.values()) == {0}
+        elif stage.startswith("phase2"):
+            # Copies past the point where training stopped are reported, not hidden.
+            assert len(result["exposure_mismatches"]) <= 2, result["exposure_mismatches"]
+            assert seen_in_phase2 in (None, seen)  # the control read the same stream
+            seen_in_phase2 = seen
+        else:  # the long-context stage reads phase 2's stream again: never fewer exposures
+            assert all(seen[p] >= seen_in_phase2[p] for p in seen), result["exposure_mismatches"]
         assert all(0 <= row["rouge_l_mean"] <= 1 for row in result["curve"])
         print(
             f"\n{stage}: "

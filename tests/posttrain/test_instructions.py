@@ -127,8 +127,8 @@ def test_the_same_config_gives_the_same_set_and_another_seed_another(instruction
 
 def test_every_split_is_balanced_over_six_languages(instruction_set):
     counts = instruction_set.counts()
-    assert counts["train"]["total"] == 400
-    assert counts["qrpo"]["total"] == 120 and counts["heldout"]["total"] == 60
+    assert counts["train"]["total"] == 1600
+    assert counts["qrpo"]["total"] == 120 and counts["heldout"]["total"] == 120
     for split in ("train", "qrpo", "heldout"):
         per_language = {k: v for k, v in counts[split].items() if k != "total"}
         assert set(per_language) == set(LANGS)
@@ -165,8 +165,8 @@ def test_every_answer_is_correct(instruction_set):
 def test_some_have_a_system_message_and_some_two_exchanges(instruction_set):
     with_system = sum(c["messages"][0]["role"] == "system" for c in instruction_set.train)
     two_turns = sum(len(tasks_of(c)) == 2 for c in instruction_set.train)
-    assert 0.2 < with_system / 400 < 0.4  # system_fraction 0.3
-    assert 0.15 < two_turns / 400 < 0.35  # multi_turn_fraction 0.25
+    assert 0.2 < with_system / 1600 < 0.4  # system_fraction 0.3
+    assert 0.15 < two_turns / 1600 < 0.35  # multi_turn_fraction 0.25
     for conversation in instruction_set.train:
         assert [m["role"] for m in conversation["messages"][-2:]] == ["user", "assistant"]
     none = make_instruction_set(
@@ -182,14 +182,14 @@ def test_splits_share_no_prompt_and_prompts_have_the_qrpo_format(instruction_set
     train = {key(c["messages"][:-1]) for c in instruction_set.train}
     qrpo = {key(p["messages"]) for p in instruction_set.qrpo}
     heldout = {key(p["messages"]) for p in instruction_set.heldout}
-    assert len(train) == 400 and len(qrpo) == 120 and len(heldout) == 60
+    assert len(train) == 1600 and len(qrpo) == 120 and len(heldout) == 120
     assert not (train & qrpo) and not (train & heldout) and not (qrpo & heldout)
     for prompt in instruction_set.qrpo + instruction_set.heldout:
         assert set(prompt) == {"id", "language", "messages", "reference"}
         assert prompt["messages"][-1]["role"] == "user"
         assert check_prompt(prompt, "p") == prompt
     ids = [c["id"] for c in instruction_set.train]
-    assert len(set(ids)) == 400 and ids[3].startswith("train-00003-")
+    assert len(set(ids)) == 1600 and ids[3].startswith("train-00003-")
 
 
 def test_entry_point_writes_the_three_splits_identically_twice(tmp_path):

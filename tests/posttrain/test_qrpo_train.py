@@ -169,7 +169,7 @@ def test_collate_pads_right_and_masks_the_padding(tmp_path):
 
 def test_config_defaults_and_errors():
     cfg = QRPOConfig.from_dict({})
-    assert (cfg.lr, cfg.beta_kl, cfg.max_beta, cfg.epochs) == (1e-4, 5.0, 0.1, 1)
+    assert (cfg.lr, cfg.beta_kl, cfg.max_beta, cfg.epochs) == (3e-4, 5.0, 0.1, 1)
     assert cfg.ademamix.betas == (0.9, 0.999, 0.999) and cfg.ademamix.warmup_steps is None
     cases = [
         ({"learning_rate": 1e-6}, "unknown key 'posttrain.qrpo.learning_rate'"),
