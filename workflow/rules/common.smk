@@ -153,3 +153,40 @@ def check_stage_contract():
         raise WorkflowError(
             "the stage contract (README.md) is broken:\n  " + "\n  ".join(problems)
         )
+
+
+# The pretraining stage's helpers (workflow/rules/pretrain.smk defines PRETRAIN_PLAN & co.).
+
+
+def pretrain_config(stage):
+    """The `pretrain:` keys a stage's job depends on (its params)."""
+    kind = PRETRAIN_PLAN[stage].kind
+    if kind == "phase":
+        return stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
+    if kind == "control":
+        return stage_config("pretrain", *PRETRAIN_PHASE_KEYS, "goldfish_control")
+    return stage_config("pretrain")
+
+
+def pretrain_threads(wildcards):
+    """A stage's threads; a phase and its Goldfish control train side by side, each on half."""
+    paired = (
+        wildcards.stage in PRETRAIN_CONTROLS
+        or wildcards.stage in PRETRAIN_CONTROLS.values()
+    )
+    threads = stage_threads("pretrain")
+    return max(1, threads // 2) if paired else threads
+
+
+def pretrain_seen(stage):
+    """The pretraining stages whose data a checkpoint has trained on, in order: the line up to
+    it (for the control: up to the stage before its phase, then itself); every one for a
+    post-trained checkpoint."""
+    if stage not in PRETRAIN_PLAN:
+        return PRETRAIN_STAGES
+    previous = PRETRAIN_PLAN[stage].previous
+    if PRETRAIN_PLAN[stage].kind == "control":
+        return PRETRAIN_STAGES[
+            : PRETRAIN_STAGES.index(previous) + 1 if previous else 0
+        ] + [stage]
+    return PRETRAIN_STAGES[: PRETRAIN_STAGES.index(stage) + 1]
