@@ -525,7 +525,7 @@ def main(argv=None):
         ]
         args.output.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.output / RESULT_FILE, result)
-        plot_curves({label: result, **compare}, args.output / PLOT_FILE)
+        plot_curves({label: result, **result["compared"]}, args.output / PLOT_FILE)
         step.summary.update(
             curve=result["curve"], exposure_mismatches=len(result["exposure_mismatches"])
         )
