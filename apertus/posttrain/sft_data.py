@@ -16,6 +16,14 @@ completion token is dropped (counted, ids listed), since it would teach nothing.
 predicts the next token at each; shorter rows are padded with ``<pad>`` (id 3), whose labels
 are ignored (`SFTData.padded`).
 
+Replay (``replay.documents``; not in the recipe, 0 in the presets): the first documents of a
+pretraining phase's training order are added as rows of their own, each its first
+``max_len + 1`` tokens with a label on every token after ``<s>``. The SFT loader shuffles them
+in among the conversations. A few-million-parameter model fine-tuned on a few thousand
+conversations forgets its pretraining (held-out bits per byte ~1.5x); replaying documents it
+trained on keeps it near its base, as a much larger model's SFT on millions of examples does
+without help.
+
 Output directory (what `apertus.train.sft_loader.SFTDataLoader` reads; no padding on disk)::
 
     sft.json        the record below
@@ -27,15 +35,18 @@ Output directory (what `apertus.train.sft_loader.SFTDataLoader` reads; no paddin
 ``vocab_size`` (the tokenizer's, ids are below it), ``bos_id``, ``eos_id``, ``pad_id``,
 ``examples`` (rows), ``conversations`` (read), ``tokens``, ``completion_tokens``, ``truncated``,
 ``dropped_no_completion`` with ``dropped_ids``, ``languages`` (rows per language),
-``files`` (sha256 and bytes of the three arrays), ``data_sha256`` (one digest of the three)
-and ``conversations_sha256``. The arrays are plain ``.npy`` so every rank memory-maps them.
+``files`` (sha256 and bytes of the three arrays), ``data_sha256`` (one digest of the three),
+``conversations_sha256`` and ``replay`` (``phase``, its ``index_sha256``, ``documents`` and
+their labelled ``tokens``); ``completion_tokens`` counts the conversations' only. The arrays
+are plain ``.npy`` so every rank memory-maps them.
 
 Entry point (StepRun stage "posttrain", step "sft_data")::
 
     python -m apertus.posttrain.sft_data --config JSON --manifest M \\
-        --conversations FILE --tokenizer DIR --output DIR
+        --conversations FILE --tokenizer DIR --output DIR [--replay-phase DIR]
 
-Config: ``{"max_len": 4096}`` (the run spec's ``seq_len`` must be the same).
+Config: ``{"max_len": 4096, "replay": {"documents": 0, "phase": "phase1"}}`` (the run spec's
+``seq_len`` must be the same as max_len).
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,11 +87,22 @@ _DROPPED_IDS_LISTED = 100  # sft.json names at most this many dropped conversati
 
 
 @dataclass(frozen=True)
+class ReplayConfig(Config, key="posttrain.sft_data.replay"):
+    """Pretraining documents mixed into the SFT rows (not in the recipe; 0 in the presets)."""
+
+    documents: int
+    """How many: the first `documents` of `phase`'s training order, each cut to a row."""
+    phase: str
+    """The tokenize phase they come from (a phase the base model trained on)."""
+
+
+@dataclass(frozen=True)
 class SFTConfig(Config, key="posttrain.sft_data"):
     """The `posttrain.sft_data` config subtree."""
 
     max_len: int
     """Model input length: rows hold at most max_len + 1 tokens (RECIPE.md §7: 4096)."""
+    replay: ReplayConfig
 
     def __post_init__(self) -> None:
         if self.max_len < 1:
@@ -148,9 +171,15 @@ def build_sft_data(
     *,
     max_len: int,
     conversations_sha256: str | None = None,
+    replay: Sequence[np.ndarray] = (),
+    replay_source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Tokenize `conversations` (checked ``{"id", "language", "messages"}`` dicts) into
-    `out_dir` (see the module doc); returns the sft.json record."""
+    `out_dir` (see the module doc); returns the sft.json record.
+
+    `replay`: pretraining documents (token arrays, ``<s> ... </s>``) appended as rows of
+    their own, cut to ``max_len + 1`` tokens, with a label on every token (module doc);
+    `replay_source` describes where they came from (kept in the record's ``replay``)."""
     if not is_integer(max_len) or max_len < 1:
         raise ApertusError(f"max_len must be a positive integer, got {max_len!r}")
     vocab_size = len(tokenizer)
@@ -185,6 +214,20 @@ def build_sft_data(
             f"no conversation has a completion token within max_len + 1 = {max_len + 1} tokens "
             f"({len(conversations)} read)"
         )
+    completion_tokens = int(sum(int(m.sum()) for m in rows_mask))
+    replay_tokens = 0
+    for index, document in enumerate(replay):
+        tokens = np.asarray(document[: max_len + 1], dtype=np.int64)
+        if len(tokens) < 2:  # no label to learn
+            raise ApertusError(f"replay document {index}: {len(tokens)} token(s), need 2")
+        if int(tokens.max()) >= vocab_size or int(tokens.min()) < 0:
+            raise ApertusError(f"replay document {index}: a token id outside 0..{vocab_size - 1}")
+        mask = np.ones(len(tokens), dtype=np.uint8)
+        mask[0] = 0  # <s> is never a label
+        rows_tokens.append(tokens.astype(np.int32))
+        rows_mask.append(mask)
+        lengths.append(len(tokens))
+        replay_tokens += len(tokens) - 1
     arrays = {
         "tokens.npy": np.concatenate(rows_tokens).astype(np.int32),
         "loss_mask.npy": np.concatenate(rows_mask).astype(np.uint8),
@@ -208,7 +251,7 @@ def build_sft_data(
         "examples": len(lengths),
         "conversations": len(conversations),
         "tokens": int(arrays["tokens.npy"].size),
-        "completion_tokens": int(arrays["loss_mask.npy"].sum()),
+        "completion_tokens": completion_tokens,
         "truncated": truncated,
         "dropped_no_completion": len(dropped),
         "dropped_ids": dropped[:_DROPPED_IDS_LISTED],
@@ -218,6 +261,7 @@ def build_sft_data(
             "".join(files[name]["sha256"] for name in ARRAYS).encode()
         ).hexdigest(),
         "conversations_sha256": conversations_sha256,
+        "replay": {**(replay_source or {}), "documents": len(replay), "tokens": replay_tokens},
     }
     atomic_write_json(out_dir / SFT_FILE, record)  # last: its presence means the data is whole
     return record
@@ -311,6 +355,30 @@ class SFTData:
         return tokens, mask
 
 
+def read_replay(
+    config: ReplayConfig, phase_dir: Path | None = None
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The first ``config.documents`` documents of the phase at `phase_dir` in its training
+    order (a prefix has the phase's mixture), and a record of where they came from."""
+    if not config.documents:
+        return [], {"phase": None}
+    from apertus.tokenize.phases import PhaseDataset
+
+    phase = PhaseDataset(phase_dir)
+    if phase.meta["name"] != config.phase:
+        raise ApertusError(
+            f"{phase_dir}: phase {phase.meta['name']!r}, "
+            f"posttrain.sft_data.replay.phase names {config.phase!r}"
+        )
+    if config.documents > len(phase):
+        raise ApertusError(
+            f"posttrain.sft_data.replay.documents is {config.documents}, phase "
+            f"{config.phase!r} plans {len(phase)}"
+        )
+    documents = [np.asarray(phase.document(i)) for i in range(config.documents)]
+    return documents, {"phase": config.phase, "index_sha256": phase.meta["index"]["sha256"]}
+
+
 def main(argv: list[str] | None = None) -> None:
     from apertus.posttrain.instructions import read_conversations
     from apertus.tokenize.tokenizer import load_tokenizer
@@ -319,17 +387,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--conversations", type=Path, required=True, help="conversations JSONL")
     parser.add_argument("--tokenizer", type=Path, required=True, help="tokenizer directory")
     parser.add_argument("--output", type=Path, required=True, help="SFT data directory")
+    parser.add_argument(
+        "--replay-phase",
+        type=Path,
+        help="the built tokenize phase named by replay.phase (needed when replay.documents > 0)",
+    )
     args = parser.parse_args(argv)
     config = SFTConfig.from_dict(args.config)
+    if config.replay.documents and args.replay_phase is None:
+        raise ApertusError(
+            f"posttrain.sft_data.replay.documents is {config.replay.documents}: "
+            "give the phase's directory with --replay-phase"
+        )
+    phase_dirs = [args.replay_phase] if config.replay.documents else []
     outputs = [args.output / name for name in (*ARRAYS, SFT_FILE)]
     with StepRun(
         "posttrain",
         "sft_data",
         args.config,
-        inputs=[args.conversations, args.tokenizer],
+        inputs=[args.conversations, args.tokenizer, *phase_dirs],
         outputs=outputs,
         manifest=args.manifest,
     ) as step:
+        replay, replay_source = read_replay(config.replay, *phase_dirs)
         conversations = read_conversations(args.conversations)
         tokenizer = load_tokenizer(str(args.tokenizer))
         record = build_sft_data(
@@ -338,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
             args.output,
             max_len=config.max_len,
             conversations_sha256=sha256_file(args.conversations),
+            replay=replay,
+            replay_source=replay_source,
         )
         step.summary.update(
             {k: v for k, v in record.items() if k not in ("files", "dropped_ids", "format")}

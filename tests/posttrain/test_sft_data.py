@@ -228,7 +228,8 @@ def test_entry_point_writes_the_data_and_its_manifest(tokenizer, conversations, 
     write_jsonl(source, conversations)
     out = tmp_path / "sft"
     argv = [
-        "--config", json.dumps({"max_len": 64}), "--manifest", str(tmp_path / "m.json"),
+        "--config", json.dumps({"max_len": 64, "replay": {"documents": 0}}),
+        "--manifest", str(tmp_path / "m.json"),
         "--conversations", str(source), "--tokenizer", tokenizer.name_or_path,
         "--output", str(out),
     ]  # fmt: skip
@@ -242,6 +243,77 @@ def test_entry_point_writes_the_data_and_its_manifest(tokenizer, conversations, 
     main(argv)  # deterministic: the same bytes again
     assert np.array_equal(np.load(out / "tokens.npy"), first)
     with pytest.raises(ApertusError, match=r"max_len must be a positive integer"):
-        main([*argv[:1], json.dumps({"max_len": 0}), *argv[2:]])
+        main([*argv[:1], json.dumps({"max_len": 0, "replay": {"documents": 0}}), *argv[2:]])
     with pytest.raises(ApertusError, match=r"unknown key 'posttrain\.sft_data\.max_length'"):
         main([*argv[:1], json.dumps({"max_length": 8}), *argv[2:]])
+
+
+def test_replayed_documents_are_rows_of_their_own_with_every_label(
+    tokenizer, conversations, tmp_path
+):
+    """posttrain.sft_data.replay: the first documents of a built phase, in its training order,
+    cut to a row, labelled on every token after <s>; the conversations' rows are unchanged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from apertus.data.sample_text import en
+    from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
+    from apertus.tokenize.shards import write_token_shards
+
+    corpus = tmp_path / "corpus" / "web" / "en"
+    corpus.mkdir(parents=True)
+    texts = [text for topic in en.TOPICS.values() for text in topic]
+    rows = [
+        {"id": f"web-{i}", "text": t, "source": "web", "language": "en"}
+        for i, t in enumerate(texts)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), corpus / "00000.parquet")
+    shards = tmp_path / "shards"
+    write_token_shards(
+        tmp_path / "corpus", "web", tokenizer.name_or_path, shards, exclude_ids=set(), seed=0,
+        logging_dir=tmp_path / "logs",
+    )  # fmt: skip
+    build_phase_index(PhaseSpec("warm", 20_000, 3, {"web": None}), {"web": shards}, tmp_path / "p")
+    phase = PhaseDataset(tmp_path / "p")
+
+    source = tmp_path / "train.jsonl"
+    write_jsonl(source, conversations)
+    config = {"max_len": 64, "replay": {"documents": 7, "phase": "warm"}}
+    argv = [
+        "--config", json.dumps(config), "--manifest", str(tmp_path / "m.json"),
+        "--conversations", str(source), "--tokenizer", tokenizer.name_or_path,
+        "--output", str(tmp_path / "sft"), "--replay-phase", str(tmp_path / "p"),
+    ]  # fmt: skip
+    main(argv)
+    data = SFTData(tmp_path / "sft")
+    alone = build_sft_data(conversations, tokenizer, tmp_path / "alone", max_len=64)
+    n = alone["examples"]
+    assert len(data) == n + 7
+    for i in range(n):  # the conversations first, as without replay
+        assert np.array_equal(data.row(i)[0], SFTData(tmp_path / "alone").row(i)[0])
+    for k in range(7):
+        tokens, mask = data.row(n + k)
+        assert np.array_equal(tokens, np.asarray(phase.document(k))[:65])
+        assert tokens[0] == tokenizer.bos_token_id and mask[0] == 0 and mask[1:].all()
+    record = data.record
+    assert record["completion_tokens"] == alone["completion_tokens"]
+    assert record["replay"] == {
+        "phase": "warm",
+        "index_sha256": phase.meta["index"]["sha256"],
+        "documents": 7,
+        "tokens": sum(len(data.row(n + k)[0]) - 1 for k in range(7)),
+    }
+    manifest = json.loads((tmp_path / "m.json").read_text())
+    assert str(tmp_path / "p") in [entry["path"] for entry in manifest["inputs"]]
+
+    def refused(config, *extra):
+        args = [*argv[:1], json.dumps(config), *argv[2:10], *extra]
+        with pytest.raises(ApertusError) as e:
+            main(args)
+        return str(e.value)
+
+    assert "give the phase's directory with --replay-phase" in refused(config)
+    too_many = {**config, "replay": {"documents": len(phase) + 1, "phase": "warm"}}
+    assert f"plans {len(phase)}" in refused(too_many, "--replay-phase", str(tmp_path / "p"))
+    other = {**config, "replay": {"documents": 1, "phase": "phase9"}}
+    assert "phase 'warm'" in refused(other, "--replay-phase", str(tmp_path / "p"))

@@ -8,6 +8,20 @@
 POSTTRAIN = config["posttrain"]
 POSTTRAIN_STAGES = ["sft", "qrpo"] if POSTTRAIN["enabled"] else []
 POSTTRAIN_INSTRUCTIONS = stage_path("posttrain", "instructions")
+# Pretraining documents replayed in SFT (posttrain.sft_data.replay): the phase index they come from.
+POSTTRAIN_REPLAY = POSTTRAIN["sft_data"]["replay"]
+POSTTRAIN_REPLAY_PHASE = (
+    [stage_path("tokenize", "phases", POSTTRAIN_REPLAY["phase"])]
+    if POSTTRAIN_REPLAY["documents"]
+    else []
+)
+if POSTTRAIN_REPLAY_PHASE and POSTTRAIN_REPLAY["phase"] not in [
+    phase["name"] for phase in TOKENIZE["phases"]
+]:
+    raise WorkflowError(
+        f"posttrain.sft_data.replay.phase: {POSTTRAIN_REPLAY['phase']!r} is not one of "
+        f"tokenize.phases ({', '.join(p['name'] for p in TOKENIZE['phases'])})"
+    )
 
 
 rule posttrain_instructions:
@@ -35,6 +49,7 @@ rule posttrain_sft_data:
     input:
         instructions=POSTTRAIN_INSTRUCTIONS,
         tokenizer=TOKENIZE_TOKENIZER,
+        replay=POSTTRAIN_REPLAY_PHASE,
     output:
         out=directory(stage_path("posttrain", "sft_data")),
         manifest=stage_path("posttrain", "sft_data.manifest.json"),
@@ -50,10 +65,12 @@ rule posttrain_sft_data:
         **stage_job_resources("default"),
     params:
         config=stage_subconfig("posttrain", "sft_data"),
+        replay=" ".join(f"--replay-phase {path}" for path in POSTTRAIN_REPLAY_PHASE),
     shell:
         "python -m apertus.posttrain.sft_data --config {params.config:q}"
         " --manifest {output.manifest} --conversations {input.instructions}/train.jsonl"
-        " --tokenizer {input.tokenizer} --output {output.out} > {log} 2>&1"
+        " --tokenizer {input.tokenizer} --output {output.out}"
+        " {params.replay} > {log} 2>&1"
 
 
 rule posttrain_sft:
