@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from transformers import AutoTokenizer
 
+from apertus.core.config import load_schema
 from apertus.tokenize.phases import PhaseDataset
 from apertus.tokenize.shards import TokenShards, read_corpus, verify_shards
 from apertus.tokenize.tokenizer import encode_documents
@@ -139,3 +141,14 @@ def test_changing_only_the_vocab_size_reruns_tokenization_not_the_data_stage(def
     } <= planned
     assert not {rule for rule in planned if rule.startswith("data_")}  # never the data stage
     assert "tokenize_split" not in planned  # the held-out choice does not depend on it
+
+
+def test_a_phase_is_replanned_only_when_its_own_sources_or_entry_change(default_run, tmp_path):
+    """Phase 1 draws no probes: new probes, or a new budget for phase 2, re-plan phase 2 alone."""
+    probes = planned_jobs(default_run, tmp_path, "data:\n  probes:\n    per_count: 3\n")
+    assert probes["data_probes"] == 1 and probes["tokenize_phase"] == 1
+    schema = load_schema()
+    default = schema["properties"]["tokenize"]["properties"]["phases"]["default"]
+    bigger = [dict(p, tokens=p["tokens"] + 1000) if p["name"] == "phase2" else p for p in default]
+    budget = planned_jobs(default_run, tmp_path, yaml.safe_dump({"tokenize": {"phases": bigger}}))
+    assert budget["tokenize_phase"] == 1

@@ -15,12 +15,10 @@ POSTTRAIN_REPLAY_PHASE = (
     if POSTTRAIN_REPLAY["documents"]
     else []
 )
-if POSTTRAIN_REPLAY_PHASE and POSTTRAIN_REPLAY["phase"] not in [
-    phase["name"] for phase in TOKENIZE["phases"]
-]:
+if POSTTRAIN_REPLAY_PHASE and POSTTRAIN_REPLAY["phase"] not in TOKENIZE_PHASES:
     raise WorkflowError(
         f"posttrain.sft_data.replay.phase: {POSTTRAIN_REPLAY['phase']!r} is not one of "
-        f"tokenize.phases ({', '.join(p['name'] for p in TOKENIZE['phases'])})"
+        f"tokenize.phases ({', '.join(TOKENIZE_PHASES)})"
     )
 
 

@@ -8,6 +8,21 @@ TOKENIZE = config["tokenize"]
 TOKENIZE_SOURCES = [source["name"] for source in config["data"]["sources"]]
 if config["data"]["probes"]["enabled"]:
     TOKENIZE_SOURCES.append("probes")
+# The sources each phase draws from (its weights; a weight of 0 still needs the source's shards):
+# a phase's index is rebuilt when these shards change, not when another phase's do.
+TOKENIZE_PHASES = {phase["name"]: phase for phase in TOKENIZE["phases"]}
+TOKENIZE_PHASE_SOURCES = {
+    name: [source for source in TOKENIZE_SOURCES if source in phase["weights"]]
+    for name, phase in TOKENIZE_PHASES.items()
+}
+for name, phase in TOKENIZE_PHASES.items():
+    unknown = sorted(set(phase["weights"]) - set(TOKENIZE_SOURCES))
+    if unknown:
+        raise WorkflowError(
+            f"tokenize.phases: phase {name!r} weights source {unknown[0]!r}, which is not "
+            f"tokenized (sources: {', '.join(TOKENIZE_SOURCES)}; `probes` needs "
+            "data.probes.enabled)"
+        )
 TOKENIZE_HELDOUT_IDS = stage_path("tokenize", "split", "heldout_ids.json")
 TOKENIZE_TOKENIZER = stage_path("tokenize", "tokenizer")
 
@@ -120,8 +135,9 @@ rule tokenize_shards:
 
 rule tokenize_phase:
     input:
-        shards=expand(
-            stage_path("tokenize", "shards", "{source}"), source=TOKENIZE_SOURCES
+        shards=lambda wildcards: expand(
+            stage_path("tokenize", "shards", "{source}"),
+            source=TOKENIZE_PHASE_SOURCES[wildcards.phase],
         ),
     output:
         out=directory(stage_path("tokenize", "phases", "{phase}")),
@@ -131,16 +147,22 @@ rule tokenize_phase:
     benchmark:
         benchmark_path("tokenize", "phase-{phase}")
     wildcard_constraints:
-        phase="|".join(phase["name"] for phase in TOKENIZE["phases"]),
+        phase="|".join(TOKENIZE_PHASES),
     conda:
         "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("tokenize"),
     params:
-        config=stage_config("tokenize", "phases"),
+        # Only this phase's entry: changing another phase re-plans that one alone.
+        config=lambda wildcards: canonical_json(
+            {"phases": [TOKENIZE_PHASES[wildcards.phase]]}
+        ),
         shards=lambda wildcards, input: " ".join(
-            f"{name}={path}" for name, path in zip(TOKENIZE_SOURCES, input.shards)
+            f"{name}={path}"
+            for name, path in zip(
+                TOKENIZE_PHASE_SOURCES[wildcards.phase], input.shards
+            )
         ),
     shell:
         "python -m apertus.tokenize.steps phase --config {params.config:q}"
