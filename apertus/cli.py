@@ -10,6 +10,8 @@
                                                  which jobs a config change re-runs, and why
     apertus status [-c FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME] [--json]
                                   each stage of a run: done, running, stale or missing
+    apertus code show MODULE      the files and package versions a step's code digest covers
+    apertus code pin|unpin RUN_DIR FILE ...   count FILE as the run last ran it (no re-run)
     apertus rulegraph [--check]   regenerate the DAG diagram in README.md
 
 Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
@@ -29,6 +31,7 @@ from apertus.audit.explain import explain_changes, render_plan, render_sbatch
 from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.audit.status import render_status, run_status
 from apertus.core import REPO_ROOT, ApertusError
+from apertus.core.codedigest import set_pins, step_code
 from apertus.core.config import load_config, render_reference
 from apertus.core.files import atomic_write_text
 from apertus.core.manifest import code_version, package_versions
@@ -113,6 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--run", help="name of the run")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
+    code = commands.add_parser(
+        "code",
+        help="the code a step runs (its digest and files), and pinning code on purpose",
+        description="A step re-runs when the code it runs changes (README: what counts as a "
+        "change). `pin` keeps a run's steps from re-running for an edit to FILE (e.g. a typo "
+        "in a log message): FILE counts with the digest the run's manifests recorded.",
+    )
+    code_commands = code.add_subparsers(dest="action", required=True)
+    show_code = code_commands.add_parser("show", help="the files and packages a step's code is")
+    show_code.add_argument("module", help="the step's entry module, e.g. apertus.data.select")
+    for action, text in (("pin", "pin FILE in RUN_DIR"), ("unpin", "end the pin of FILE")):
+        pin = code_commands.add_parser(action, help=text)
+        pin.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="results/<run>")
+        pin.add_argument("files", nargs="+", metavar="FILE", help="repository-relative path")
+
     rulegraph = commands.add_parser(
         "rulegraph", help="write the DAG of rules as a Mermaid diagram into README.md"
     )
@@ -148,6 +166,15 @@ def _explain(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     return 0
 
 
+def _code(args: argparse.Namespace) -> int:
+    if args.action == "show":
+        print(json.dumps(step_code(args.module), indent=2))
+        return 0
+    pins = set_pins(args.run_dir, args.files, pin=args.action == "pin")
+    print(json.dumps({"pins": pins}, indent=2))
+    return 0
+
+
 def _config_docs(check: bool) -> int:
     text = render_reference()
     current = CONFIG_REFERENCE.read_text(encoding="utf-8") if CONFIG_REFERENCE.exists() else ""
@@ -179,6 +206,8 @@ def run(argv: list[str] | None = None) -> int:
         status = run_status(args.configfile, args.overrides, args.results_dir, args.run)
         print(json.dumps(status.to_json(), indent=2) if args.json else render_status(status))
         return 0
+    if args.command == "code":
+        return _code(args)
     if args.command == "rulegraph":
         return update_readme(check=args.check)
     if args.command == "version":

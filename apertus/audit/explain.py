@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from apertus.core import REPO_ROOT, ApertusError
+from apertus.core.codedigest import CODE_PARAM_PREFIX, PINS_FILE, code_changes, read_pins
 from apertus.core.config import deep_merge, load_config, parse_override
 from apertus.core.resources import sbatch_options
 
@@ -82,6 +83,9 @@ class PlannedJob:
     changes: list[ConfigChange] = field(default_factory=list)
     threads: int = 1
     log: list[str] = field(default_factory=list)
+    code: list[str] = field(default_factory=list)
+    """The files (and package versions) whose change changed the job's `code` param, from
+    its manifest (apertus.core.codedigest); empty when its code did not change."""
     resources: dict[str, Any] = field(default_factory=dict)
     """What the job asks its executor for, as Snakemake printed it (sizes it prints twice,
     e.g. `mem` next to `mem_mb`, and `tmpdir` left out)."""
@@ -114,12 +118,23 @@ class Plan:
                     rules.append(job.rule)
         return touched
 
+    def rules_by_file(self) -> dict[str, list[str]]:
+        """Each changed code file (or package version) -> the rules whose code it changes."""
+        touched: dict[str, list[str]] = {}
+        for job in self.jobs:
+            for changed in job.code:
+                rules = touched.setdefault(changed, [])
+                if job.rule not in rules:
+                    rules.append(job.rule)
+        return touched
+
     def to_json(self) -> dict[str, Any]:
         return {
             "run_dir": self.run_dir,
             "jobs": [asdict(j) for j in self.jobs],
             "counts": self.counts(),
             "changed_keys": self.rules_by_key(),
+            "changed_code": self.rules_by_file(),
         }
 
 
@@ -272,7 +287,12 @@ def attribute_changes(job: PlannedJob, config: dict[str, Any]) -> list[ConfigCha
         parsed = params_change(reason)
         if parsed is None:
             continue
-        before, now = parsed
+        before, now = (
+            [v for v in side if not (isinstance(v, str) and v.startswith(CODE_PARAM_PREFIX))]
+            for side in parsed
+        )
+        if not before and not now:  # only the code changed (`PlannedJob.code` says where)
+            continue
         if len(before) == 1 and len(now) == 1:
             where = locate_subtree(config, now[0]) or ()
             for key, old, new in changed_leaves(before[0], now[0]):
@@ -294,10 +314,13 @@ def _snakemake_command(
     # Under profiles/slurm each job's threads are its own (--cores caps them, so the workflow
     # profile's `cores: all` is left out); locally one core is enough for a dry run.
     command += SLURM_PROFILE if sbatch else ["--cores", "1"]
+    # The user's arguments (targets, --forcerun RULE ...) before the options that take lists:
+    # after `--config K=V ...` a target would be read as one more K=V.
+    command += list(extra)
     command += ["--configfile", *map(str, configfiles), str(override_file)]
     if settings:
         command += ["--config", *settings]
-    return command + list(extra)
+    return command
 
 
 def run_snakemake(
@@ -347,11 +370,33 @@ def explain_changes(
         ["-n"], configfiles, overrides, results_dir, run, extra, cwd, sbatch
     )
     jobs = parse_dry_run(output)
+    run_dir = cwd / config["results_dir"] / config["run"]
+    pins = read_pins(run_dir / PINS_FILE)
     for job in jobs:
         job.changes = attribute_changes(job, config)
+        job.code = code_of_job(job, pins, cwd)
         if sbatch:
             job.sbatch = sbatch_options(job.rule, job.threads, job.resources)
     return Plan(str(Path(config["results_dir"]) / config["run"]), jobs)
+
+
+def code_of_job(job: PlannedJob, pins: dict[str, str], cwd: Path) -> list[str]:
+    """The code files behind a job's changed `code` param: today's code against the code its
+    manifest (its last output) recorded. Empty when the param did not change."""
+    code_changed = any(
+        isinstance(value, str) and value.startswith(CODE_PARAM_PREFIX)
+        for reason in job.reasons
+        for side in (params_change(reason) or ())
+        for value in side
+    )
+    manifests = [o for o in job.output if o.endswith("manifest.json")]
+    if not code_changed or not manifests:
+        return []
+    try:
+        manifest = json.loads((cwd / manifests[-1]).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return code_changes(manifest, pins) if isinstance(manifest, dict) else []
 
 
 def _relative(path: str, run_dir: str) -> str:
@@ -363,6 +408,8 @@ def describe_reason(reason: str, job: PlannedJob, run_dir: str) -> str:
     """One reason, short: file lists relative to the run dir, params as the keys that changed."""
     if reason.startswith("Params have changed"):
         keys = [f"{c.key}: {c.before!r} -> {c.now!r}" for c in job.changes]
+        if job.code:
+            keys.insert(0, f"code: {', '.join(job.code)}")
         return "params changed: " + ("; ".join(keys) if keys else reason)
     head, sep, files = reason.partition(": ")
     if sep and head in REASON_STARTS:
@@ -410,4 +457,9 @@ def render_plan(plan: Plan) -> str:
         lines += ["", "changed config keys -> rules whose params they change (and what follows):"]
         for key, rules in touched.items():
             lines.append(f"  {key}: {', '.join(rules)}")
+    code = plan.rules_by_file()
+    if code:
+        lines += ["", "changed code -> rules that run it (and what follows):"]
+        for changed, rules in code.items():
+            lines.append(f"  {changed}: {', '.join(rules)}")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from typing import Any
 
 from apertus import __version__
 from apertus.core import REPO_ROOT
+from apertus.core.codedigest import pins_of_run, step_code
 from apertus.core.files import atomic_write_json, canonical_json, sha256_file, sha256_text
 
 MANIFEST_VERSION = 1
@@ -175,6 +176,7 @@ def build_manifest(
 ) -> dict[str, Any]:
     """The manifest of one finished step, with every input and output hashed now."""
     exclude = list(exclude)
+    command = step_command()
     return {
         "manifest_version": MANIFEST_VERSION,
         "stage": stage,
@@ -184,6 +186,9 @@ def build_manifest(
         "inputs": [describe_path(p) for p in inputs],
         "outputs": [describe_path(p, exclude) for p in outputs],
         "code": code_version(),
+        # The code the step ran, by file (apertus.core.codedigest): what `apertus status` and
+        # `apertus explain` compare with the code of today.
+        "step_code": step_code(command[1], pins_of_run()) if command else None,
         "packages": package_versions(),
         "seed": seed,
         "started": started.isoformat(timespec="seconds"),
@@ -195,7 +200,7 @@ def build_manifest(
         "summary": summary or {},
         # How to start the step again (`apertus audit --rerun`); relative paths in it are
         # relative to `cwd`.
-        "command": step_command(),
+        "command": command,
         "cwd": os.getcwd(),
     }
 

@@ -206,3 +206,30 @@ def test_rule_without_log_or_benchmark_is_refused_at_parse_time(toy_workflow):
         'rule careless lacks log:, benchmark:, params: config=stage_config("<stage>")'
         in proc.stdout + proc.stderr
     )
+
+
+def test_rule_running_apertus_code_without_its_code_digest_is_refused(toy_workflow):
+    """A rule running `python -m apertus.X` must re-run when X's code changes: its params hold
+    `code=step_code("apertus.X")`, of that very module."""
+    wd = toy_workflow
+    rule = (
+        "\n\nrule {name}:\n    output:\n        stage_path('toy_a', '{name}.txt'),\n"
+        "    params:\n        config=stage_config('toy_a'),{code}\n"
+        "    log:\n        log_path('toy_a', '{name}'),\n"
+        "    benchmark:\n        benchmark_path('toy_a', '{name}')\n"
+        "    shell:\n        'python -m apertus.data.funnel --output {{output}} > {{log}}'\n"
+    )
+    with (wd / "workflow" / "rules" / "toy.smk").open("a") as rules:
+        rules.write(rule.format(name="forgetful", code=""))
+        rules.write(
+            rule.format(name="mistaken", code='\n        code=step_code("apertus.data.select"),')
+        )
+        rules.write(
+            rule.format(name="careful", code='\n        code=step_code("apertus.data.funnel"),')
+        )
+    proc = run_tool("snakemake", "--cores", "1", "-n", cwd=wd)
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert 'rule forgetful lacks params: code=step_code("apertus.data.funnel")' in output
+    assert 'rule mistaken lacks params: code=step_code("apertus.data.funnel")' in output
+    assert "rule careful" not in output

@@ -2,6 +2,7 @@
 # Nothing else lives here; a stage's rules live in workflow/rules/<stage>.smk.
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,6 +10,13 @@ from snakemake.exceptions import WorkflowError
 
 try:
     from apertus.core import ApertusError
+    from apertus.core.codedigest import (
+        CODE_PARAM_PREFIX,
+        PINS_FILE,
+        PINS_VARIABLE,
+        read_pins,
+    )
+    from apertus.core.codedigest import step_code as code_of
     from apertus.core.config import load_schema, validate_config
     from apertus.core.files import canonical_json
     from apertus.core.resources import job_resources
@@ -50,6 +58,15 @@ if config["offline"]:
     )
 
 RUN_DIR = Path(config["results_dir"]) / config["run"]
+
+# Code pinned on purpose (`apertus code pin`): the workflow and its jobs read the same file.
+CODE_PINS = RUN_DIR / PINS_FILE
+os.environ[PINS_VARIABLE] = os.path.abspath(CODE_PINS)
+try:
+    _CODE_PINS = read_pins(CODE_PINS)
+except ApertusError as e:
+    raise WorkflowError(str(e)) from None
+_STEP_CODES = {}
 
 # Jobs run `python` from the environment that runs Snakemake (the project's), whatever PATH says.
 os.environ["PATH"] = os.pathsep.join(
@@ -118,6 +135,21 @@ def stage_threads(stage):
     return stage_resources(stage)["threads"]
 
 
+def step_code(module):
+    """A rule's `params: code=`: the digest of the code its step runs, the entry module
+    `module` and every apertus module it uses, by their syntax trees, with the versions of the
+    key packages they import (apertus.core.codedigest). Snakemake re-runs a job when it changes,
+    like a config change; comments, docstrings and formatting do not change it."""
+    if module not in _STEP_CODES:
+        try:
+            _STEP_CODES[module] = (
+                CODE_PARAM_PREFIX + code_of(module, _CODE_PINS)["digest"]
+            )
+        except ApertusError as e:
+            raise WorkflowError(str(e)) from None
+    return _STEP_CODES[module]
+
+
 def stage_job_resources(stage, nodes=1):
     """Scheduler resources (everything but threads) for a rule's `resources:`, on `nodes`
     nodes: memory, time, GPUs per node as GRES, SLURM partition/account/... (apertus.core.resources).
@@ -126,7 +158,8 @@ def stage_job_resources(stage, nodes=1):
 
 
 def check_stage_contract():
-    """Refuse a workflow whose job rules lack the contract's log, benchmark or config params.
+    """Refuse a workflow whose job rules lack the contract's log, benchmark, config params or
+    code params (a rule running `python -m apertus.X` has `code=step_code("apertus.X")`).
 
     Called by the Snakefile once every stage is included, so a new rule that forgets one of
     them fails at parse time with its name, not silently in production.
@@ -135,6 +168,8 @@ def check_stage_contract():
     for declared in workflow.rules:
         if declared.norun:  # target rules such as `all` run no job
             continue
+        entry = re.search(r"python -m (apertus[\w.]*)", declared.shellcmd or "")
+        entry = entry and entry.group(1)
         missing = [
             directive
             for directive, present in (
@@ -143,6 +178,12 @@ def check_stage_contract():
                 (
                     'params: config=stage_config("<stage>")',
                     "config" in declared.params.keys(),
+                ),
+                (
+                    f'params: code=step_code("{entry}")',
+                    entry is None
+                    or "code" in declared.params.keys()
+                    and declared.params.code == step_code(entry),
                 ),
             )
             if not present

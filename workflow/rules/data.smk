@@ -56,6 +56,7 @@ rule data_sample:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.make_sample"),
         config=stage_config("data", "sample"),
         sample_dir=lambda wildcards, output: os.path.dirname(output.planted),
     shell:
@@ -79,6 +80,7 @@ rule data_robots:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.robots_snapshot"),
         config=stage_config("data", "sources", "robots"),
         sample_dir=lambda wildcards, input: DATA_SAMPLE,
         datatrove_logs=f"{DATATROVE_LOGS}/robots",
@@ -106,6 +108,7 @@ rule data_classifiers:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.train_classifiers"),
         config=stage_config("data", "quality", "toxicity"),
         models_dir=lambda wildcards, output: os.path.dirname(output.manifest),
         sample_dir=lambda wildcards, input: DATA_SAMPLE,
@@ -137,6 +140,7 @@ rule data_filter:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.filter"),
         config=stage_config(
             "data",
             "sources",
@@ -174,6 +178,7 @@ rule data_dedup:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.dedup"),
         config=stage_config("data", "dedup"),
         datatrove_logs=f"{DATATROVE_LOGS}/dedup",
     shell:
@@ -199,6 +204,7 @@ rule data_select:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.select"),
         config=stage_config("data", "quality", "toxicity", "pii", "output"),
         datatrove_logs=f"{DATATROVE_LOGS}/select",
     shell:
@@ -233,6 +239,7 @@ rule data_funnel:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.funnel"),
         config=stage_config("data"),
     shell:
         "python -m apertus.data.funnel --config {params.config:q} --manifest {output.manifest}"
@@ -254,6 +261,7 @@ rule data_probes:
     resources:
         **stage_job_resources("data"),
     params:
+        code=step_code("apertus.data.probes"),
         config=stage_config("data", "probes"),
     shell:
         "python -m apertus.data.probes --config {params.config:q} --manifest {output.manifest}"

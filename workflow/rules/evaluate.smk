@@ -33,6 +33,7 @@ rule export_checkpoint:
     resources:
         **stage_job_resources("evaluate"),
     params:
+        code=step_code("apertus.export.stage"),
         config=stage_config("export"),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.export.stage --config {params.config:q}"
@@ -58,6 +59,7 @@ rule evaluate_tasks:
         # CPU work: no GPU asked for on a cluster.
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.evaluate.stage"),
         config=stage_config("evaluate", "tasks"),
     shell:
         "python -m apertus.evaluate.stage tasks --config {params.config:q}"
@@ -84,6 +86,7 @@ rule evaluate_checkpoint:
     resources:
         **stage_job_resources("evaluate"),
     params:
+        code=step_code("apertus.evaluate.stage"),
         config=stage_config("evaluate", "suite"),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.evaluate.stage run --config {params.config:q}"
@@ -126,6 +129,7 @@ rule evaluate_memorization:
     resources:
         **stage_job_resources("evaluate"),
     params:
+        code=step_code("apertus.evaluate.memorization"),
         config=stage_config("evaluate", "memorization"),
         control=lambda wildcards, input: (
             f"--label no-goldfish --compare goldfish={input.goldfish[0]}/memorization.json"
@@ -161,6 +165,7 @@ rule evaluate_table:
         # CPU work: no GPU asked for on a cluster.
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.evaluate.stage"),
         config=stage_config("evaluate", "table"),
         results=lambda wildcards, input: " ".join(
             f"--results {name}={path}"

@@ -37,6 +37,7 @@ rule posttrain_instructions:
         # CPU work: no GPU asked for on a cluster.
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.posttrain.instructions"),
         config=stage_subconfig("posttrain", "instructions"),
     shell:
         "python -m apertus.posttrain.instructions --config {params.config:q}"
@@ -62,6 +63,7 @@ rule posttrain_sft_data:
         # CPU work: no GPU asked for on a cluster.
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.posttrain.sft_data"),
         config=stage_subconfig("posttrain", "sft_data"),
         replay=" ".join(f"--replay-phase {path}" for path in POSTTRAIN_REPLAY_PHASE),
     shell:
@@ -89,6 +91,7 @@ rule posttrain_sft:
     resources:
         **stage_job_resources("posttrain"),
     params:
+        code=step_code("apertus.posttrain.sft"),
         config=stage_subconfig("posttrain", "sft"),
         work_root=lambda wildcards, output: os.path.join(
             os.path.dirname(output.out), "_work"
@@ -117,6 +120,7 @@ rule posttrain_qrpo_sample:
     resources:
         **stage_job_resources("posttrain"),
     params:
+        code=step_code("apertus.posttrain.sampling"),
         config=stage_subconfig("posttrain", "qrpo_data"),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling sample"
@@ -143,6 +147,7 @@ rule posttrain_qrpo_score:
     resources:
         **stage_job_resources("posttrain"),
     params:
+        code=step_code("apertus.posttrain.sampling"),
         config=stage_subconfig("posttrain", "qrpo_data"),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling score"
@@ -169,6 +174,7 @@ rule posttrain_qrpo:
     resources:
         **stage_job_resources("posttrain"),
     params:
+        code=step_code("apertus.posttrain.qrpo_train"),
         config=stage_subconfig("posttrain", "qrpo"),
         work_dir=lambda wildcards, output: os.path.join(
             os.path.dirname(output.out), "_work"
@@ -202,6 +208,7 @@ rule posttrain_heldout:
     resources:
         **stage_job_resources("evaluate"),
     params:
+        code=step_code("apertus.posttrain.sampling"),
         config=stage_subconfig("posttrain", "qrpo_data"),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling heldout"
@@ -229,6 +236,7 @@ rule posttrain_report:
         # CPU work: no GPU asked for on a cluster.
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.posttrain.sampling"),
         config=stage_subconfig("posttrain", "qrpo_data"),
     shell:
         "python -m apertus.posttrain.sampling report --config {params.config:q}"

@@ -63,6 +63,7 @@ rule pretrain_stage:
             for key in stage_job_resources("pretrain")
         },
     params:
+        code=step_code("apertus.train.stage"),
         config=lambda wildcards: pretrain_config(wildcards.stage),
         phases_root=lambda wildcards, input: os.path.dirname(input.phases[0]),
         previous=lambda wildcards, input: (

@@ -56,6 +56,7 @@ rule release:
     resources:
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.release.stage"),
         config=stage_config("release"),
         # The whole resolved config, recorded in RELEASE-MANIFEST.json.
         run_config=canonical_json(config),
@@ -110,6 +111,7 @@ rule release_upload:
     resources:
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.release.hub"),
         config=stage_subconfig("release", "hub"),
     shell:
         "python -m apertus.release.hub upload --config {params.config:q}"

@@ -42,6 +42,7 @@ rule report_training:
     resources:
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.report.steps"),
         config=stage_config("report"),
     shell:
         "python -m apertus.report.steps training --config {params.config:q}"
@@ -146,6 +147,7 @@ rule report_summary:
     resources:
         **stage_job_resources("default"),
     params:
+        code=step_code("apertus.report.steps"),
         config=stage_config("report"),
         run_dir=RUN_DIR,
         output_dir=lambda wildcards, output: os.path.dirname(output.compliance),

@@ -43,6 +43,7 @@ rule tokenize_split:
     resources:
         **stage_job_resources("tokenize"),
     params:
+        code=step_code("apertus.tokenize.steps"),
         config=stage_config("tokenize", "heldout"),
     shell:
         "python -m apertus.tokenize.steps split --config {params.config:q}"
@@ -66,6 +67,7 @@ rule tokenize_tokenizer:
     resources:
         **stage_job_resources("tokenize"),
     params:
+        code=step_code("apertus.tokenize.steps"),
         config=stage_config("tokenize", "tokenizer"),
     shell:
         "python -m apertus.tokenize.steps tokenizer --config {params.config:q}"
@@ -91,6 +93,7 @@ rule tokenize_heldout:
     resources:
         **stage_job_resources("tokenize"),
     params:
+        code=step_code("apertus.tokenize.steps"),
         config=stage_config("tokenize", "heldout"),
     shell:
         "python -m apertus.tokenize.steps heldout --config {params.config:q}"
@@ -122,6 +125,7 @@ rule tokenize_shards:
     resources:
         **stage_job_resources("tokenize"),
     params:
+        code=step_code("apertus.tokenize.steps"),
         config=stage_config("tokenize", "shards"),
         datatrove_logs=lambda wildcards: str(
             RUN_DIR / "logs" / "tokenize" / "datatrove" / wildcards.source
@@ -154,6 +158,7 @@ rule tokenize_phase:
     resources:
         **stage_job_resources("tokenize"),
     params:
+        code=step_code("apertus.tokenize.steps"),
         # Only this phase's entry: changing another phase re-plans that one alone.
         config=lambda wildcards: canonical_json(
             {"phases": [TOKENIZE_PHASES[wildcards.phase]]}
