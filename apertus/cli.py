@@ -1,26 +1,31 @@
 """The `apertus` command: configuration checks and the project's own facts.
 
-    apertus config check [-c PRESET.yaml ...] [KEY=VALUE ...]   validate a run's configuration
-    apertus config show  [-c PRESET.yaml ...] [KEY=VALUE ...]   print it with every default filled
-    apertus config docs  [--check]                              regenerate config/README.md
+    apertus config check [--configfile FILE ...] [KEY=VALUE ...]   validate a run's configuration
+    apertus config show  [--configfile FILE ...] [KEY=VALUE ...]   print it, every default filled
+    apertus config docs  [--write | --check]     print (write, check) the config reference
+    apertus run [--configfile FILE ...] [KEY=VALUE ...] [-- SNAKEMAKE ARGS]
+                                                 snakemake on these config sources, checked first
     apertus version                                             code and package versions
     apertus audit PATH [--json]                  re-hash a release folder or a run directory
     apertus audit RUN_DIR --rerun STEP [--scratch DIR]   re-run one step, compare its outputs
-    apertus explain [-c FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME] [-- ARGS]
-                                                 which jobs a config change re-runs, and why
-    apertus status [-c FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME] [--json]
-                                  each stage of a run: done, running, stale or missing
+    apertus explain [--configfile FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME]
+                    [-- ARGS]                    which jobs a change re-runs, and why
+    apertus status [--configfile FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME]
+                   [--json]                      each stage of a run: done, running, stale...
     apertus code show MODULE      the files and package versions a step's code digest covers
     apertus code pin|unpin RUN_DIR FILE ...   count FILE as the run last ran it (no re-run)
     apertus rulegraph [--check]   regenerate the DAG diagram in README.md
 
+`--configfile` has no short form: `-c` is Snakemake's number of cores.
 Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,7 +37,7 @@ from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.audit.status import render_status, run_status
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.codedigest import set_pins, step_code
-from apertus.core.config import load_config, render_reference
+from apertus.core.config import deep_merge, load_config, parse_override, render_reference
 from apertus.core.files import atomic_write_text
 from apertus.core.manifest import code_version, package_versions
 from apertus.report.rulegraph import update_readme
@@ -42,7 +47,6 @@ CONFIG_REFERENCE = REPO_ROOT / "config" / "README.md"
 
 def _add_config_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-c",
         "--configfile",
         action="append",
         default=[],
@@ -64,10 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_sources(check)
     show = config_commands.add_parser("show", help="print the resolved config with defaults")
     _add_config_sources(show)
-    docs = config_commands.add_parser("docs", help="write config/README.md from the schema")
-    docs.add_argument(
+    docs = config_commands.add_parser(
+        "docs", help="print the config reference from the schema (config/README.md's text)"
+    )
+    how = docs.add_mutually_exclusive_group()
+    how.add_argument("--write", action="store_true", help="write it to config/README.md")
+    how.add_argument(
         "--check", action="store_true", help="only report whether config/README.md is current"
     )
+
+    run = commands.add_parser(
+        "run",
+        help="run the pipeline with Snakemake on these config sources, overrides checked first",
+        description="Validates the config files and dotted KEY=VALUE overrides as `apertus "
+        "config check` does (a bad key is named before anything runs), then runs `snakemake` "
+        "with them; arguments after `--` go to snakemake (targets, --cores, --profile, -n...). "
+        "Snakemake's own --config takes no dotted keys; this does.",
+    )
+    _add_config_sources(run)
 
     commands.add_parser("version", help="print the code version and key package versions")
 
@@ -175,18 +193,47 @@ def _code(args: argparse.Namespace) -> int:
     return 0
 
 
-def _config_docs(check: bool) -> int:
+def _config_docs(check: bool, write: bool) -> int:
     text = render_reference()
     current = CONFIG_REFERENCE.read_text(encoding="utf-8") if CONFIG_REFERENCE.exists() else ""
     if check:
         if current != text:
-            print(f"{CONFIG_REFERENCE} is out of date: run `apertus config docs`", file=sys.stderr)
+            print(
+                f"{CONFIG_REFERENCE} is out of date: run `apertus config docs --write`",
+                file=sys.stderr,
+            )
             return 1
         print(f"{CONFIG_REFERENCE} is current")
+        return 0
+    if not write:
+        print(text, end="")
         return 0
     atomic_write_text(CONFIG_REFERENCE, text)
     print(f"wrote {CONFIG_REFERENCE}")
     return 0
+
+
+def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
+    """Snakemake on the config files and overrides, checked first. The overrides go in as one
+    more config file (content-addressed under .snakemake/, kept: jobs Snakemake submits to a
+    cluster read the same files)."""
+    load_config(args.configfile, args.overrides)  # names a bad key before anything runs
+    command = [sys.executable, "-m", "snakemake", *snakemake_args]
+    files = [str(Path(f).resolve()) for f in args.configfile]
+    if args.overrides:
+        override: dict = {}
+        for item in args.overrides:
+            deep_merge(override, parse_override(item))
+        text = yaml.safe_dump(override, sort_keys=True)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = REPO_ROOT / ".snakemake" / "apertus-run" / f"overrides-{digest}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+        files.append(str(path))
+    if files:  # after the user's arguments: `--configfile` takes every word that follows
+        command += ["--configfile", *files]
+    print("apertus run: " + " ".join(command[2:]), file=sys.stderr, flush=True)
+    return subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -196,8 +243,10 @@ def run(argv: list[str] | None = None) -> int:
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1 :]
     args = build_parser().parse_args(argv)
-    if extra and args.command != "explain":
-        raise ApertusError("arguments after `--` are for `apertus explain` only")
+    if extra and args.command not in ("explain", "run"):
+        raise ApertusError("arguments after `--` are for `apertus explain` and `apertus run`")
+    if args.command == "run":
+        return _run(args, extra)
     if args.command == "audit":
         return _audit(args)
     if args.command == "explain":
@@ -214,7 +263,7 @@ def run(argv: list[str] | None = None) -> int:
         print(json.dumps({"code": code_version(), "packages": package_versions()}, indent=2))
         return 0
     if args.action == "docs":
-        return _config_docs(args.check)
+        return _config_docs(args.check, args.write)
     config = load_config(args.configfile, args.overrides)
     if args.action == "show":
         print(yaml.safe_dump(config, sort_keys=False), end="")

@@ -31,6 +31,7 @@ from typing import Any
 
 from apertus.audit.steps import StepRecord, find_step
 from apertus.core import ApertusError
+from apertus.core.codedigest import PINS_FILE, code_changes, read_pins
 from apertus.core.manifest import describe_path
 
 RTOL = 1e-6
@@ -96,6 +97,9 @@ class RerunReport:
     outputs: list[OutputVerdict] = field(default_factory=list)
     returncode: int | None = None
     log: str | None = None
+    code_changed: list[str] = field(default_factory=list)
+    """Files (and package versions) whose code differs from what the step ran: outputs may
+    then differ for that reason (apertus.core.codedigest)."""
 
     @property
     def ok(self) -> bool:
@@ -371,6 +375,7 @@ def rerun_step(run_dir: Path, selector: str, scratch: Path | None = None) -> Rer
         raise ApertusError(f"--scratch {scratch}: must not be inside the run directory")
     argv, replacements = rewrite_command(record, scratch)
     report = RerunReport(record.name, record.rel, str(scratch), "rerun", argv)
+    report.code_changed = code_changes(record.manifest, read_pins(run_dir / PINS_FILE))
     report.inputs = check_inputs(record)
     if any(i.changed for i in report.inputs):
         report.status = "inputs changed"
@@ -399,6 +404,11 @@ def _short(sha: str | None) -> str:
 
 def render_rerun(report: RerunReport) -> str:
     lines = [f"re-run of {report.step} ({report.manifest}) into {report.scratch}"]
+    if report.code_changed:
+        lines.append(
+            "warning: the code differs from the code the step ran: "
+            + ", ".join(report.code_changed)
+        )
     if report.status == "inputs changed":
         lines += ["", "inputs changed since the step ran; not re-run:"]
         width = max(len(i.path) for i in report.inputs)

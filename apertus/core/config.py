@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -225,12 +226,17 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return base
 
 
+_EXPONENT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")
+
+
 def parse_override(item: str) -> dict[str, Any]:
     """``train.lr=1e-4`` -> ``{'train': {'lr': 0.0001}}``; the value is read as YAML."""
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise ConfigError(f"override {item!r} must look like KEY=VALUE (dotted keys allowed)")
     value = yaml.safe_load(raw) if raw else ""
+    if isinstance(value, str) and _EXPONENT.fullmatch(value):
+        value = float(value)  # YAML 1.1 reads 1e-4 as text; on a command line it is a number
     for part in reversed(key.split(".")):
         value = {part: value}
     return value
@@ -313,7 +319,7 @@ def render_reference(schema: dict[str, Any] | None = None) -> str:
     out = [
         "# Configuration reference",
         "",
-        "<!-- Generated from workflow/schemas/config.schema.yaml by `apertus config docs`;"
+        "<!-- Generated from workflow/schemas/config.schema.yaml by `apertus config docs --write`;"
         " do not edit by hand (tests/core/test_config.py checks it is current). -->",
         "",
         " ".join(schema.get("description", "").split()),

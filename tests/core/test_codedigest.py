@@ -163,3 +163,16 @@ def test_pin_and_unpin_a_run(tmp_path, monkeypatch):
     (run / PINS_FILE).write_text(json.dumps({"files": ["x"]}))
     with pytest.raises(ApertusError, match="must map paths to digests"):
         read_pins(run / PINS_FILE)
+
+
+def test_a_rerun_of_a_step_warns_when_its_code_changed():
+    from apertus.audit.rerun import RerunReport, render_rerun
+
+    report = RerunReport("data/select", "data/corpus.manifest.json", "/tmp/x", "rerun")
+    report.code_changed = ["apertus/data/pii.py", "torch==9.9"]
+    assert (
+        "warning: the code differs from the code the step ran: apertus/data/pii.py, torch==9.9"
+        in render_rerun(report)
+    )
+    report.code_changed = []
+    assert "warning" not in render_rerun(report)

@@ -1,6 +1,7 @@
 """Config validation: defaults from the schema, every problem named by key path, docs in sync."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -188,7 +189,9 @@ def test_presets_are_valid(preset):
 
 def test_config_reference_is_current():
     current = (REPO_ROOT / "config" / "README.md").read_text()
-    assert current == render_reference(), "config/README.md is stale: run `apertus config docs`"
+    assert current == render_reference(), (
+        "config/README.md is stale: run `apertus config docs --write`"
+    )
 
 
 def test_reference_lists_every_leaf_key():
@@ -201,7 +204,7 @@ def test_cli_check_reports_bad_key_without_traceback(tmp_path, capsys):
     bad = tmp_path / "typo.yaml"
     bad.write_text(yaml.safe_dump({"offlin": True}))
     with pytest.raises(SystemExit) as info:
-        cli_main(["config", "check", "-c", str(bad)])
+        cli_main(["config", "check", "--configfile", str(bad)])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "unknown key 'offlin' (did you mean 'offline'?)" in err
@@ -224,3 +227,37 @@ def test_optional_mapping_gets_defaults_and_clear_errors():
     assert load_config()["resources"]["data"] is None
     with pytest.raises(ConfigError, match=r"unknown key 'resources\.data\.thread' \(did you mean"):
         load_config(overrides=["resources.data.thread=2"])
+
+
+def test_cli_docs_prints_the_reference_and_writes_only_when_asked(capsys, monkeypatch):
+    written = []
+    monkeypatch.setattr("apertus.cli.atomic_write_text", lambda path, text: written.append(path))
+    with pytest.raises(SystemExit) as info:
+        cli_main(["config", "docs"])
+    assert info.value.code == 0 and not written
+    assert capsys.readouterr().out == render_reference()
+    with pytest.raises(SystemExit):
+        cli_main(["config", "docs", "--write"])
+    assert written == [REPO_ROOT / "config" / "README.md"]
+
+
+def test_cli_run_checks_overrides_before_snakemake_and_passes_them_as_a_file(capsys, monkeypatch):
+    started = []
+    monkeypatch.setattr(
+        "apertus.cli.subprocess.run",
+        lambda command, **kwargs: started.append(command) or type("P", (), {"returncode": 0}),
+    )
+    with pytest.raises(SystemExit) as info:
+        cli_main(["run", "pretrain.lr.peek=1e-3", "--", "-n"])
+    assert info.value.code == 2 and not started
+    assert "unknown key 'pretrain.lr.peek'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        cli_main(["run", "pretrain.lr.peak=1e-3", "--", "-n", "--cores", "1"])  # 1e-3: a number
+    assert info.value.code == 0
+    (command,) = started
+    assert command[1:6] == ["-m", "snakemake", "-n", "--cores", "1"]
+    assert command[6] == "--configfile"
+    assert yaml.safe_load(Path(command[7]).read_text()) == {"pretrain": {"lr": {"peak": 0.001}}}
+    with pytest.raises(SystemExit) as info:
+        cli_main(["config", "check", "-c", "x.yaml"])  # -c is Snakemake's cores: not ours
+    assert info.value.code == 2
