@@ -156,11 +156,19 @@ def run_spec(
     )
 
 
+# The code that trains: what torchrun starts (apertus.core.codedigest counts what it uses).
+TRAINER_MODULE = "apertus.train.config_registry"
+
+
 def work_directory(work_root: Path, name: str, spec: RunSpec, key_material: Any) -> Path:
     """Where run `name` trains: a folder named after it and a hash of what it depends on (the
-    spec's non-default fields and `key_material`), so a re-run with the same inputs resumes
-    there and any change starts afresh."""
-    key = sha256_text(canonical_json([spec.explicit(), key_material]))[:16]
+    spec's non-default fields, `key_material` and the trainer's code digest), so a re-run with
+    the same inputs and code resumes there and any change starts afresh: a step re-run for a
+    code change never resumes from checkpoints the old code wrote."""
+    from apertus.core.codedigest import pins_of_run, step_code
+
+    code = step_code(TRAINER_MODULE, pins_of_run())["digest"]
+    key = sha256_text(canonical_json([spec.explicit(), key_material, code]))[:16]
     return work_root / f"{name}-{key}"
 
 

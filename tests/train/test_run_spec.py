@@ -67,3 +67,21 @@ def test_the_settings_a_config_shares_with_its_runs_are_checked_once():
         "tensor_parallel",
     }
     assert issubclass(RunSpec, TrainingSettings)
+
+
+def test_the_work_directory_changes_with_the_trainers_code(tmp_path, monkeypatch):
+    """A stage re-run for a code change (issue 20) must not resume from checkpoints the old
+    code wrote: the trainer's code digest is part of the work directory's name."""
+    from apertus.core import codedigest
+    from apertus.train.stage import TRAINER_MODULE, work_directory
+
+    first = work_directory(tmp_path, "phase1", spec(), ["key"])
+    assert first == work_directory(tmp_path, "phase1", spec(), ["key"])  # resumable
+    assert first.name.startswith("phase1-")
+    files = codedigest.step_code(TRAINER_MODULE)["files"]
+    assert "apertus/train/goldfish.py" in files and "apertus/model/model.py" in files
+    real = codedigest.step_code
+    monkeypatch.setattr(
+        codedigest, "step_code", lambda *a: {**real(*a), "digest": "changed trainer code"}
+    )
+    assert work_directory(tmp_path, "phase1", spec(), ["key"]) != first
