@@ -389,14 +389,16 @@ def code_of_job(job: PlannedJob, pins: dict[str, str], cwd: Path) -> list[str]:
         for side in (params_change(reason) or ())
         for value in side
     )
-    manifests = [o for o in job.output if o.endswith("manifest.json")]
-    if not code_changed or not manifests:
+    if not code_changed:
         return []
+    unknown = ["(its manifest records no code to compare with)"]
+    manifests = [o for o in job.output if o.endswith("manifest.json")]
     try:
         manifest = json.loads((cwd / manifests[-1]).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return code_changes(manifest, pins) if isinstance(manifest, dict) else []
+    except (IndexError, OSError, ValueError):
+        return unknown
+    changed = code_changes(manifest, pins) if isinstance(manifest, dict) else []
+    return changed or unknown
 
 
 def _relative(path: str, run_dir: str) -> str:
