@@ -33,10 +33,11 @@ import yaml
 
 from apertus.audit.checksums import audit_path, render_report
 from apertus.audit.explain import explain_changes, render_plan, render_sbatch
+from apertus.audit.pins import set_pins
 from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.audit.status import render_status, run_status
 from apertus.core import REPO_ROOT, ApertusError
-from apertus.core.codedigest import set_pins, step_code
+from apertus.core.codedigest import step_code
 from apertus.core.config import deep_merge, load_config, parse_override, render_reference
 from apertus.core.files import atomic_write_text
 from apertus.core.manifest import code_version, package_versions

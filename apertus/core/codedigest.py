@@ -17,9 +17,10 @@ puts the digest in each rule's params (Snakemake then re-runs the step, and ever
 of its outputs, when it changes); each step's manifest records the whole record
 (``step_code``), so ``apertus status`` and ``apertus explain`` can name the files that changed.
 
-Pinning: ``apertus code pin FILE`` records, in the run's ``code-pins.json``, the digest the
-run's manifests hold for FILE; the workflow and the steps then count FILE with that digest, so a
-typo fixed in a log message re-trains nothing. ``apertus code unpin FILE`` ends it.
+Pinning: ``apertus code pin FILE`` (`apertus.audit.pins`) records, in the run's
+``code-pins.json``, the digest the run's manifests hold for FILE; the workflow and the steps then
+count FILE with that digest, so a typo fixed in a log message re-trains nothing. ``apertus code
+unpin FILE`` ends it.
 
 Computed once per file and process (keyed by path, size and modification time), so building a
 large DAG parses each of the package's files at most once.
@@ -52,7 +53,6 @@ __all__ = [
     "module_closure",
     "pins_of_run",
     "read_pins",
-    "set_pins",
     "step_code",
 ]
 
@@ -387,55 +387,3 @@ def code_changes(manifest: Mapping[str, Any], pins: Mapping[str, str] | None = N
     except ApertusError as e:  # the module is gone, or does not parse
         return [str(e)]
     return changed_files(recorded, current)
-
-
-def _repo_relative(file: str) -> str:
-    path = Path(file)
-    absolute = path.resolve() if path.is_absolute() or path.exists() else REPO_ROOT / path
-    try:
-        return absolute.resolve().relative_to(REPO_ROOT).as_posix()
-    except ValueError:
-        raise ApertusError(f"{file}: not a file of this repository ({REPO_ROOT})") from None
-
-
-def set_pins(run_dir: str | os.PathLike[str], files: Iterable[str], pin: bool) -> dict[str, str]:
-    """Pin `files` in the run at `run_dir` to the digest its step manifests recorded for them
-    (`pin`), or unpin them; writes ``code-pins.json`` and returns the pins now in force.
-
-    Refused: a file no step of the run recorded (nothing to pin it to), or one its steps
-    recorded in different versions (re-run them first: which one would be meant?)."""
-    from apertus.core.files import atomic_write_json
-    from apertus.core.manifest import find_step_manifests
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ApertusError(f"{run_dir}: no such run directory")
-    path = run_dir / PINS_FILE
-    pins = read_pins(path)
-    wanted = [_repo_relative(f) for f in files]
-    if pin:
-        recorded: dict[str, set[str]] = {}
-        for manifest_path in find_step_manifests(run_dir):
-            try:
-                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            code = manifest.get("step_code") if isinstance(manifest, dict) else None
-            for relative, digest in ((code or {}).get("files") or {}).items():
-                recorded.setdefault(relative, set()).add(digest)
-        for relative in wanted:
-            digests = recorded.get(relative, set())
-            if not digests:
-                raise ApertusError(f"{relative}: no step of {run_dir} recorded this file")
-            if len(digests) > 1:
-                raise ApertusError(
-                    f"{relative}: the steps of {run_dir} ran {len(digests)} versions of it; "
-                    "re-run them (snakemake) before pinning"
-                )
-            pins[relative] = digests.pop()
-    else:
-        for relative in wanted:
-            if pins.pop(relative, None) is None:
-                raise ApertusError(f"{relative}: not pinned in {run_dir}")
-    atomic_write_json(path, {"files": dict(sorted(pins.items()))})
-    return pins

@@ -9,6 +9,7 @@ from importlib.metadata import version
 
 import pytest
 
+from apertus.audit.pins import set_pins
 from apertus.core import ApertusError
 from apertus.core.codedigest import (
     PACKAGE_ROOT,
@@ -18,7 +19,6 @@ from apertus.core.codedigest import (
     file_digest,
     module_closure,
     read_pins,
-    set_pins,
     step_code,
 )
 from apertus.core.manifest import write_manifest

@@ -20,15 +20,11 @@ LMEVAL = "apertus/evaluate/lmeval.py"
 
 @pytest.fixture(scope="module")
 def copy(default_run, tmp_path_factory):
-    """The repository's source files (tracked and not ignored) and Snakemake's metadata of the
-    default run, copied: the dry-runs below run the copy's code (PYTHONPATH)."""
-    listed = run_tool("git", "ls-files", "-co", "--exclude-standard", check=True).stdout
+    """The repository's source and Snakemake's metadata of the default run, copied: the
+    dry-runs below run the copy's code (PYTHONPATH)."""
     root = tmp_path_factory.mktemp("code") / "repo"
-    for name in listed.splitlines():
-        if name.startswith("results/") or not (REPO / name).is_file():
-            continue
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, root / name)
+    skip = shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "__pycache__")
+    shutil.copytree(REPO, root, ignore=skip)
     shutil.copytree(REPO / ".snakemake" / "metadata", root / ".snakemake" / "metadata")
     return root
 
