@@ -38,7 +38,7 @@ from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.audit.status import render_status, run_status
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.codedigest import step_code
-from apertus.core.config import deep_merge, load_config, parse_override, render_reference
+from apertus.core.config import load_config, merge_overrides, render_reference
 from apertus.core.files import atomic_write_text
 from apertus.core.manifest import code_version, package_versions
 from apertus.report.rulegraph import update_readme
@@ -222,10 +222,7 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     command = [sys.executable, "-m", "snakemake", *snakemake_args]
     files = [str(Path(f).resolve()) for f in args.configfile]
     if args.overrides:
-        override: dict = {}
-        for item in args.overrides:
-            deep_merge(override, parse_override(item))
-        text = yaml.safe_dump(override, sort_keys=True)
+        text = yaml.safe_dump(merge_overrides(args.overrides), sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         path = REPO_ROOT / ".snakemake" / "apertus-run" / f"overrides-{digest}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -36,8 +36,8 @@ from typing import Any
 import yaml
 
 from apertus.core import REPO_ROOT, ApertusError
-from apertus.core.codedigest import CODE_PARAM_PREFIX, PINS_FILE, code_changes, read_pins
-from apertus.core.config import deep_merge, load_config, parse_override
+from apertus.core.codedigest import CODE_PARAM_PREFIX, PINS_FILE, manifest_code_changes, read_pins
+from apertus.core.config import load_config, merge_overrides
 from apertus.core.resources import sbatch_options
 
 # The reasons Snakemake joins with "; " (snakemake.jobs.Reason.__str__, 9.x); splitting only
@@ -339,9 +339,7 @@ def run_snakemake(
     settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     # Validates every source first: a bad key is named here, not deep in Snakemake's output.
     config = load_config(configfiles, [*overrides, *settings])
-    override: dict[str, Any] = {}
-    for item in overrides:
-        deep_merge(override, parse_override(item))
+    override = merge_overrides(overrides)
     with tempfile.TemporaryDirectory(prefix="apertus-explain-") as tmp:
         # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
         override_file = Path(tmp) / "overrides.yaml"
@@ -391,14 +389,9 @@ def code_of_job(job: PlannedJob, pins: dict[str, str], cwd: Path) -> list[str]:
     )
     if not code_changed:
         return []
-    unknown = ["(its manifest records no code to compare with)"]
     manifests = [o for o in job.output if o.endswith("manifest.json")]
-    try:
-        manifest = json.loads((cwd / manifests[-1]).read_text(encoding="utf-8"))
-    except (IndexError, OSError, ValueError):
-        return unknown
-    changed = code_changes(manifest, pins) if isinstance(manifest, dict) else []
-    return changed or unknown
+    changed = manifest_code_changes(cwd / manifests[-1], pins) if manifests else None
+    return changed or ["(its manifest records no code to compare with)"]
 
 
 def _relative(path: str, run_dir: str) -> str:

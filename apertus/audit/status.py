@@ -27,7 +27,7 @@ from typing import Any
 
 from apertus.audit.explain import parse_dry_run, run_snakemake
 from apertus.core import REPO_ROOT, ApertusError
-from apertus.core.codedigest import PINS_FILE, code_changes, read_pins
+from apertus.core.codedigest import PINS_FILE, manifest_code_changes, read_pins
 from apertus.core.progress import ProgressState, format_duration, last_progress
 
 STATES = ("done", "running", "interrupted", "stale", "missing")
@@ -315,14 +315,9 @@ def run_status(
 def _name_code_changes(step: StepStatus, pins: dict[str, str]) -> None:
     """A stale step whose code changed since its manifest says which files (and package
     versions) did: Snakemake's summary only says its params changed."""
-    manifest_path = Path(step.outputs[-1])
-    if not manifest_path.name.endswith("manifest.json"):
+    if not step.outputs[-1].endswith("manifest.json"):
         return
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    changed = code_changes(manifest, pins) if isinstance(manifest, dict) else []
+    changed = manifest_code_changes(step.outputs[-1], pins)
     if changed:
         reasons = [r for r in step.why.split(", ") if r and r != STALE_REASONS["params changed"]]
         step.why = ", ".join([f"code changed: {', '.join(changed)}", *reasons])

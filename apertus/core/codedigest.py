@@ -50,6 +50,7 @@ __all__ = [
     "changed_files",
     "code_changes",
     "file_digest",
+    "manifest_code_changes",
     "module_closure",
     "pins_of_run",
     "read_pins",
@@ -107,6 +108,7 @@ class _Scope:
     dotted names it refers to."""
 
     imports: tuple[tuple[str, str | None], ...]
+    bindings: Mapping[str, tuple[str, str | None]]
     names: frozenset[str]
     attributes: frozenset[tuple[str, str]]
     strings: frozenset[str]
@@ -117,14 +119,11 @@ class _ModuleFacts:
     digest: str
     top: _Scope  # module-level code (class bodies included; not function bodies)
     functions: Mapping[str, _Scope]  # top-level function or class -> its bodies
-    bindings: Mapping[str, tuple[str, str | None]]  # module-level import bindings
 
 
-def _scope(
-    nodes: Iterable[ast.AST], module: str, is_package: bool, skip_defs: bool
-) -> tuple[_Scope, dict[str, tuple[str, str | None]]]:
+def _scope(nodes: Iterable[ast.AST], module: str, is_package: bool, skip_defs: bool) -> _Scope:
     """The needs of `nodes` (walked whole, or without the bodies of functions when
-    `skip_defs`), and the import bindings they make."""
+    `skip_defs`), with the import bindings they make."""
     imports: list[tuple[str, str | None]] = []
     bindings: dict[str, tuple[str, str | None]] = {}
     names: set[str] = set()
@@ -161,8 +160,9 @@ def _scope(
             stack.extend(ast.walk(node.args))
             continue
         stack.extend(ast.iter_child_nodes(node))
-    scope = _Scope(tuple(imports), frozenset(names), frozenset(attributes), frozenset(strings))
-    return scope, bindings
+    return _Scope(
+        tuple(imports), bindings, frozenset(names), frozenset(attributes), frozenset(strings)
+    )
 
 
 @functools.cache
@@ -174,17 +174,17 @@ def _file_facts(path: Path, _size: int, _mtime_ns: int) -> _ModuleFacts:
     top_nodes, functions = [], {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            functions[node.name] = _scope(node.body, module, is_package, False)[0]
+            functions[node.name] = _scope(node.body, module, is_package, False)
             top_nodes.extend([*node.decorator_list, node.args])
         elif isinstance(node, ast.ClassDef):
             # The class body runs at import; its methods when the class is used.
-            functions[node.name] = _scope(node.body, module, is_package, False)[0]
+            functions[node.name] = _scope(node.body, module, is_package, False)
             top_nodes.append(node)
         else:
             top_nodes.append(node)
-    top, bindings = _scope(top_nodes, module, is_package, True)
+    top = _scope(top_nodes, module, is_package, True)
     dump = ast.dump(_strip_docstrings(tree), annotate_fields=True, include_attributes=False)
-    return _ModuleFacts(hashlib.sha256(dump.encode()).hexdigest(), top, functions, bindings)
+    return _ModuleFacts(hashlib.sha256(dump.encode()).hexdigest(), top, functions)
 
 
 def _facts(path: Path) -> _ModuleFacts:
@@ -197,6 +197,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
     return _facts(Path(path).resolve()).digest
 
 
+@functools.cache
 def _module_file(name: str) -> Path | None:
     """The source file of module `name` of the apertus package (None: not one of its modules)."""
     parts = name.split(".")
@@ -258,19 +259,19 @@ def module_closure(entry: str) -> tuple[list[Path], set[str]]:
         if attribute is not None:
             pending.append((module, attribute))
 
-    def run(module: str, facts: _ModuleFacts, scope: _Scope, local: Mapping) -> None:
+    def run(module: str, facts: _ModuleFacts, scope: _Scope) -> None:
+        # Names bound by the scope's own imports (a function's lazy ones) over the module's.
+        local = {**facts.top.bindings, **scope.bindings}
         for imported, attribute in scope.imports:
             need(imported, attribute)
-        for name in scope.names:
+        for name in scope.names:  # `owner.attr` walks `owner` as a name too
             if name in facts.functions:
                 pending.append((module, name))
             elif name in local:
                 need(*local[name])
-        for owner, attribute in scope.attributes:
+        for owner, attribute in scope.attributes:  # `module.function`
             if owner in local and local[owner][1] is None:
                 need(local[owner][0], attribute)
-            elif owner in local:
-                need(local[owner][0], local[owner][1])
         for text in scope.strings:
             if _module_file(text) is not None:
                 need(text, None)
@@ -284,14 +285,14 @@ def module_closure(entry: str) -> tuple[list[Path], set[str]]:
         facts = _facts(path)
         modules[module] = path
         if name is None:
-            run(module, facts, facts.top, facts.bindings)
+            run(module, facts, facts.top)
             if module == entry:  # a step's entry module runs as a script: all of it counts
                 for function in facts.functions:
                     pending.append((module, function))
         elif name in facts.functions:
-            run(module, facts, facts.functions[name], facts.bindings)
-        elif name in facts.bindings:  # re-exported: `from apertus.b import f` in module a
-            need(*facts.bindings[name])
+            run(module, facts, facts.functions[name])
+        elif name in facts.top.bindings:  # re-exported: `from apertus.b import f` in module a
+            need(*facts.top.bindings[name])
     return sorted(set(modules.values())), external
 
 
@@ -373,6 +374,17 @@ def changed_files(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> li
         if old_packages.get(name) != new_packages.get(name)
     ]
     return changed
+
+
+def manifest_code_changes(
+    manifest_path: str | os.PathLike[str], pins: Mapping[str, str] | None = None
+) -> list[str] | None:
+    """`code_changes` of the step manifest at `manifest_path`; None when it cannot be read."""
+    try:
+        manifest = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return code_changes(manifest, pins) if isinstance(manifest, dict) else None
 
 
 def code_changes(manifest: Mapping[str, Any], pins: Mapping[str, str] | None = None) -> list[str]:

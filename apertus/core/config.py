@@ -242,6 +242,15 @@ def parse_override(item: str) -> dict[str, Any]:
     return value
 
 
+def merge_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` overrides (dotted keys) as one nested mapping, later ones winning: what a
+    config file holding them would hold (Snakemake's own --config takes no dotted keys)."""
+    merged: dict[str, Any] = {}
+    for item in overrides:
+        deep_merge(merged, parse_override(item))
+    return merged
+
+
 def load_config(
     configfiles: Sequence[str | os.PathLike] = (),
     overrides: Sequence[str] = (),
@@ -258,8 +267,7 @@ def load_config(
                 f"config file {path} must hold a mapping of keys, got {_json_type(data)}"
             )
         deep_merge(config, data)
-    for item in overrides:
-        deep_merge(config, parse_override(item))
+    deep_merge(config, merge_overrides(overrides))
     return validate_config(config, schema, sources=[*sources, *overrides])
 
 

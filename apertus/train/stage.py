@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from apertus.core import ApertusError
+from apertus.core import ApertusError, codedigest
 from apertus.core.files import atomic_write_json, canonical_json, sha256_text
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.tokenize.phases import PHASE_FILE
@@ -165,9 +165,7 @@ def work_directory(work_root: Path, name: str, spec: RunSpec, key_material: Any)
     spec's non-default fields, `key_material` and the trainer's code digest), so a re-run with
     the same inputs and code resumes there and any change starts afresh: a step re-run for a
     code change never resumes from checkpoints the old code wrote."""
-    from apertus.core.codedigest import pins_of_run, step_code
-
-    code = step_code(TRAINER_MODULE, pins_of_run())["digest"]
+    code = codedigest.step_code(TRAINER_MODULE, codedigest.pins_of_run())["digest"]
     key = sha256_text(canonical_json([spec.explicit(), key_material, code]))[:16]
     return work_root / f"{name}-{key}"
 

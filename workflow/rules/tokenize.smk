@@ -180,7 +180,7 @@ TARGETS.extend(
         rules.tokenize_heldout.output.manifest,
         *expand(
             rules.tokenize_phase.output.manifest,
-            phase=[p["name"] for p in TOKENIZE["phases"]],
+            phase=list(TOKENIZE_PHASES),
         ),
     ]
 )
