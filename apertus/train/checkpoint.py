@@ -1,10 +1,12 @@
 """Checkpoints: torchtitan's DCP `CheckpointManager` that refuses to write NaN/inf weights, so the
-last checkpoint on disk is always a good one, and can save on demand (the early stop).
+last checkpoint on disk is always a good one, can save on demand (the early stop), and resumes
+from the newest checkpoint that loads, setting a corrupt newer one aside.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -12,6 +14,13 @@ import torch.nn as nn
 from torch.distributed.tensor import DTensor
 from torchtitan.components.checkpoint import MODEL, CheckpointManager
 from torchtitan.components.checkpointer.utils import canonical_fqn
+from torchtitan.tools.logging import logger
+
+from apertus.train.run_spec import checkpoint_steps, unloadable_checkpoints
+
+CORRUPT_FOLDER = "corrupt"
+"""Where, inside a checkpoint folder, a resumed run moves the checkpoints it cannot load (a name
+torchtitan's ``step-N`` scans, for loading and for purging old ones, do not match)."""
 
 
 @torch.no_grad()
@@ -63,6 +72,29 @@ class FiniteCheckpointManager(CheckpointManager):
             self.saved_step = curr_step
         return saved
 
+    def _find_load_step(self, folder: str = "") -> int:
+        """The newest step of `folder` that loads (`run_spec.checkpoint_steps`), or -1 (then
+        torchtitan starts fresh or from `initial_load_path`). torchtitan's own scan takes the
+        newest ``step-N`` with a ``.metadata`` and fails on it with pickle's error when that
+        file is truncated; here such a checkpoint is moved to ``corrupt/`` with a warning. Every
+        rank scans (and reaches the same step, before or after rank 0 moves the bad ones)."""
+        folder = Path(folder or self.folder)
+        bad = unloadable_checkpoints(folder)
+        steps = checkpoint_steps(folder)
+        if bad and (not dist.is_initialized() or dist.get_rank() == 0):
+            for step_dir, problem in bad.values():
+                aside = set_aside(step_dir)
+                logger.warning(
+                    f"Checkpoint {step_dir} cannot be loaded: {problem}. Moved it to {aside}."
+                )
+            logger.warning(
+                f"Resuming from the previous checkpoint, {steps[max(steps)]}."
+                if steps
+                else f"No checkpoint in {folder} loads: this run starts over "
+                "(from checkpoint.initial when the spec has one, else from step 0)."
+            )
+        return max(steps) if steps else -1
+
     def save_now(self, curr_step: int) -> None:
         """A full checkpoint (to resume from) of `curr_step`, whatever the interval, unless
         this step's is already written; waits for it to be on disk."""
@@ -74,3 +106,15 @@ class FiniteCheckpointManager(CheckpointManager):
         finally:
             self._forced = False
         self.maybe_wait_for_saving()
+
+
+def set_aside(step_dir: Path) -> Path:
+    """Move a checkpoint that cannot be loaded to ``<folder>/corrupt/`` (kept for a look, out of
+    resuming's and purging's way); returns where it went."""
+    target_folder = step_dir.parent / CORRUPT_FOLDER
+    target_folder.mkdir(exist_ok=True)
+    target, copy = target_folder / step_dir.name, 1
+    while target.exists():
+        target, copy = target_folder / f"{step_dir.name}.{copy}", copy + 1
+    step_dir.rename(target)
+    return target

@@ -69,10 +69,10 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json
+from apertus.core.files import Checksummed, atomic_write_json
 from apertus.core.typed import build, is_integer, is_number
 from apertus.posttrain.sft_data import read_sft_record
-from apertus.tokenize.phases import read_phase_record
+from apertus.tokenize.phases import PhaseDataset, read_phase_record
 from apertus.train.schedule import BatchRamp
 
 __all__ = [
@@ -87,10 +87,12 @@ __all__ = [
     "TrainingSettings",
     "batch_ramp",
     "check_tensor_parallel_shape",
+    "checkpoint_problem",
     "checkpoint_steps",
     "load_run_spec",
     "preflight",
     "resolve_initial_checkpoint",
+    "unloadable_checkpoints",
     "write_run_spec",
 ]
 
@@ -488,10 +490,32 @@ def write_run_spec(path: str | os.PathLike[str], spec: RunSpec) -> Path:
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-def checkpoint_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
-    """Complete DCP checkpoints in a checkpoint folder: step -> ``step-N`` directory (one with
-    DCP's ``.metadata``, which is written last)."""
-    folder = Path(folder)
+def checkpoint_problem(step_dir: str | os.PathLike[str]) -> str | None:
+    """Why the DCP checkpoint `step_dir` cannot be loaded (its ``.metadata`` does not unpickle,
+    or a data file it lists is missing or shorter than the bytes it records there), or None.
+    Reads the metadata and stats its files, no tensor data."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    step_dir = Path(step_dir)
+    try:
+        metadata = FileSystemReader(str(step_dir)).read_metadata()
+    except Exception as e:  # pickle raises many kinds on a truncated or garbled file
+        return f"its .metadata does not load ({type(e).__name__}: {e})"
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, end in sorted(needed.items()):
+        data = step_dir / name
+        if not data.is_file():
+            return f"{name}, listed in its .metadata, is missing"
+        size = data.stat().st_size
+        if size < end:
+            return f"{name} holds {size} bytes, its .metadata records {end}"
+    return None
+
+
+def _complete_steps(folder: Path) -> dict[int, Path]:
     if not folder.is_dir():
         return {}
     found = {}
@@ -502,12 +526,47 @@ def checkpoint_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def unloadable_checkpoints(folder: str | os.PathLike[str]) -> dict[int, tuple[Path, str]]:
+    """The complete ``step-N`` checkpoints of a folder newer than its newest loadable one (all of
+    them when none loads): step -> (directory, what is wrong, `checkpoint_problem`). A run
+    resuming from the folder must not pick these (e.g. a node died while the file system
+    flushed the last one)."""
+    bad = {}
+    for step, path in sorted(_complete_steps(Path(folder)).items(), reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            break
+        bad[step] = (path, problem)
+    return dict(sorted(bad.items()))
+
+
+def checkpoint_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
+    """The checkpoints a run resumes from: step -> ``step-N`` directory of a checkpoint folder,
+    each complete (DCP's ``.metadata``, written last, is there) and none newer than the newest
+    loadable one (checked newest first, `unloadable_checkpoints`; the older ones are not read)."""
+    folder = Path(folder)
+    bad = unloadable_checkpoints(folder)
+    return {s: p for s, p in _complete_steps(folder).items() if s not in bad}
+
+
 def resolve_initial_checkpoint(path: str | os.PathLike[str]) -> Path:
     """A ``step-N`` directory, or the last complete step of a checkpoint folder, as an absolute
-    path (torchtitan requires one)."""
+    path (torchtitan requires one). An unloadable one is an error, not skipped: it is another
+    run's result, and seeding from an older step would change this run silently."""
     path = Path(path).absolute()
     if (path / ".metadata").is_file():
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise ApertusError(f"checkpoint.initial {path} cannot be loaded: {problem}")
         return path
+    bad = unloadable_checkpoints(path)
+    if bad:
+        step_dir, problem = bad[max(bad)]
+        raise ApertusError(
+            f"checkpoint.initial {path}: its last checkpoint {step_dir} cannot be loaded: "
+            f"{problem}; re-run the stage that wrote it, or move that step aside to start "
+            "from the one before"
+        )
     steps = checkpoint_steps(path)
     if not steps:
         raise ApertusError(
@@ -627,6 +686,19 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
             f"{needed} sequences for steps {first_step + 1}-{spec.steps}"
         )
     return Preflight(phase_dir, record, initial)
+
+
+def data_files(checked: Preflight) -> list[Checksummed]:
+    """The files a run reads its data from, with the checksums their record gives: the shard
+    files its phase's plan reads, or the SFT data's arrays."""
+    if checked.sft is not None:
+        assert checked.sft_data is not None
+        return [
+            Checksummed(checked.sft_data / name, entry["sha256"], entry["bytes"])
+            for name, entry in sorted(checked.sft["files"].items())
+        ]
+    assert checked.phase_dir is not None
+    return PhaseDataset(checked.phase_dir).checksummed_files()
 
 
 def check_tensor_parallel_shape(spec: RunSpec, tp: int) -> None:

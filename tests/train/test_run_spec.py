@@ -6,7 +6,15 @@ from pathlib import Path
 import pytest
 
 from apertus.core import ApertusError
-from apertus.train.run_spec import LRSpec, RunSpec, TrainingSettings, preflight
+from apertus.train.run_spec import (
+    LRSpec,
+    RunSpec,
+    TrainingSettings,
+    checkpoint_steps,
+    preflight,
+    resolve_initial_checkpoint,
+    unloadable_checkpoints,
+)
 
 
 def spec(**changes) -> RunSpec:
@@ -85,3 +93,41 @@ def test_the_work_directory_changes_with_the_trainers_code(tmp_path, monkeypatch
         codedigest, "step_code", lambda *a: {**real(*a), "digest": "changed trainer code"}
     )
     assert work_directory(tmp_path, "phase1", spec(), ["key"]) != first
+
+
+def save_checkpoint(folder: Path, step: int) -> Path:
+    """A small DCP checkpoint, ``folder/step-N``, written the way torchtitan writes one."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    target = folder / f"step-{step}"
+    dcp.save({"weight": torch.full((64,), float(step))}, checkpoint_id=str(target))
+    return target
+
+
+def test_a_checkpoint_that_does_not_load_is_not_one_to_resume_from(tmp_path):
+    """A truncated .metadata (pickle's "truncated" error when torch loads it) or a data file
+    shorter than its .metadata says: that step and every newer one is left out, and a folder
+    holding no loadable step has none (the run starts over)."""
+    folder = tmp_path / "ckpt"
+    for step in (10, 20, 30):
+        save_checkpoint(folder, step)
+    assert sorted(checkpoint_steps(folder)) == [10, 20, 30] and not unloadable_checkpoints(folder)
+    metadata = folder / "step-30" / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:40])
+    data = next((folder / "step-20").glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:100])
+    assert sorted(checkpoint_steps(folder)) == [10]
+    bad = unloadable_checkpoints(folder)
+    assert sorted(bad) == [20, 30]
+    assert bad[30][0] == folder / "step-30"
+    assert "its .metadata does not load" in bad[30][1] and "truncated" in bad[30][1]
+    assert f"{data.name} holds 100 bytes, its .metadata records" in bad[20][1]
+    # The next stage's seed is another run's result: an error, not an older step.
+    with pytest.raises(ApertusError, match=r"step-30 cannot be loaded: its .metadata"):
+        resolve_initial_checkpoint(folder)
+    with pytest.raises(ApertusError, match=r"step-20 cannot be loaded: .*distcp holds 100"):
+        resolve_initial_checkpoint(folder / "step-20")
+    assert resolve_initial_checkpoint(folder / "step-10") == folder / "step-10"
+    (folder / "step-10" / ".metadata").write_bytes(b"")
+    assert checkpoint_steps(folder) == {}

@@ -416,6 +416,37 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
     print(f"\nkilled after step {killed_after}, resumed from step {resumed_from}")
 
 
+@pytest.mark.slow
+def test_a_truncated_last_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+    one_process_run, phase, tmp_path
+):
+    """The newest checkpoint's .metadata cut short (a node died while the file system wrote
+    it): a rerun does not fail on pickle's "truncated" error but warns, moves that step to
+    ckpt/corrupt/, resumes from the step before and ends with the uninterrupted run's state."""
+    directory = tmp_path / "cut"
+    for step in (20, 30):
+        shutil.copytree(
+            one_process_run[0] / "ckpt" / f"step-{step}", directory / "ckpt" / f"step-{step}"
+        )
+    metadata = directory / "ckpt" / "step-30" / ".metadata"
+    cut = metadata.read_bytes()[:64]
+    metadata.write_bytes(cut)
+    assert sorted(checkpoint_steps(directory / "ckpt")) == [20]
+
+    proc = run_ok(write_spec(directory, phase), 1)
+    assert (
+        f"Checkpoint {directory / 'ckpt' / 'step-30'} cannot be loaded: its .metadata does not "
+        "load (UnpicklingError: pickle data was truncated)" in proc.stdout
+    )
+    assert f"Resuming from the previous checkpoint, {directory / 'ckpt' / 'step-20'}" in proc.stdout
+    assert "Training starts at step 21" in proc.stdout
+    assert (directory / "ckpt" / "corrupt" / "step-30" / ".metadata").read_bytes() == cut
+    assert sorted(checkpoint_steps(directory / "ckpt")) == [20, 30]
+    final = load_checkpoint(directory / "ckpt" / "step-30", tmp_path)
+    reference = load_checkpoint(one_process_run[0] / "ckpt" / "step-30", tmp_path)
+    assert_same_training_state(final, reference)
+
+
 def assert_same_training_state(final: dict, reference: dict) -> None:
     """Two flat checkpoints (load_checkpoint) hold the same weights, optimizer state, step and
     data position, exactly."""
