@@ -16,6 +16,8 @@
     apertus code pin|unpin RUN_DIR FILE ...   count FILE as the run last ran it (no re-run)
     apertus rulegraph [--check]   regenerate the DAG diagram in README.md
 
+`run`, `explain` and `status` run Snakemake in the checkout of the current directory (its
+Snakefile, its .snakemake/), as `snakemake` does, or in `--directory DIR`.
 `--configfile` has no short form: `-c` is Snakemake's number of cores.
 Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
 """
@@ -32,7 +34,12 @@ from pathlib import Path
 import yaml
 
 from apertus.audit.checksums import audit_path, render_report
-from apertus.audit.explain import explain_changes, render_plan, render_sbatch
+from apertus.audit.explain import (
+    explain_changes,
+    render_plan,
+    render_sbatch,
+    workflow_directory,
+)
 from apertus.audit.pins import set_pins
 from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.audit.status import render_status, run_status
@@ -56,6 +63,16 @@ def _add_config_sources(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="single keys, dotted for nesting"
+    )
+
+
+def _add_directory(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--directory",
+        type=Path,
+        metavar="DIR",
+        help="the checkout whose Snakefile and .snakemake/ to use (default: the current "
+        "directory, as for snakemake)",
     )
 
 
@@ -87,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Snakemake's own --config takes no dotted keys; this does.",
     )
     _add_config_sources(run)
+    _add_directory(run)
 
     commands.add_parser("version", help="print the code version and key package versions")
 
@@ -115,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Arguments after `--` go to snakemake.",
     )
     _add_config_sources(explain)
+    _add_directory(explain)
     explain.add_argument("--results-dir", help="results_dir of the run to compare with")
     explain.add_argument("--run", help="name of the run to compare with")
     explain.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -131,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The run is the one `snakemake` would make with the same config sources.",
     )
     _add_config_sources(status)
+    _add_directory(status)
     status.add_argument("--results-dir", help="results_dir of the run")
     status.add_argument("--run", help="name of the run")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -178,6 +198,7 @@ def _explain(args: argparse.Namespace, snakemake_args: list[str]) -> int:
         args.results_dir,
         args.run,
         snakemake_args,
+        args.directory,
         sbatch=args.sbatch,
     )
     text = render_sbatch(plan) if args.sbatch else render_plan(plan)
@@ -219,19 +240,20 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     more config file (content-addressed under .snakemake/, kept: jobs Snakemake submits to a
     cluster read the same files)."""
     load_config(args.configfile, args.overrides)  # names a bad key before anything runs
+    directory = workflow_directory(args.directory)
     command = [sys.executable, "-m", "snakemake", *snakemake_args]
     files = [str(Path(f).resolve()) for f in args.configfile]
     if args.overrides:
         text = yaml.safe_dump(merge_overrides(args.overrides), sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        path = REPO_ROOT / ".snakemake" / "apertus-run" / f"overrides-{digest}.yaml"
+        path = directory / ".snakemake" / "apertus-run" / f"overrides-{digest}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
         files.append(str(path))
     if files:  # after the user's arguments: `--configfile` takes every word that follows
         command += ["--configfile", *files]
     print("apertus run: " + " ".join(command[2:]), file=sys.stderr, flush=True)
-    return subprocess.run(command, cwd=REPO_ROOT, check=False).returncode
+    return subprocess.run(command, cwd=directory, check=False).returncode
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -250,7 +272,9 @@ def run(argv: list[str] | None = None) -> int:
     if args.command == "explain":
         return _explain(args, extra)
     if args.command == "status":
-        status = run_status(args.configfile, args.overrides, args.results_dir, args.run)
+        status = run_status(
+            args.configfile, args.overrides, args.results_dir, args.run, args.directory
+        )
         print(json.dumps(status.to_json(), indent=2) if args.json else render_status(status))
         return 0
     if args.command == "code":

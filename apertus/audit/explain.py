@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from apertus.core import REPO_ROOT, ApertusError
+from apertus.core import ApertusError
 from apertus.core.codedigest import CODE_PARAM_PREFIX, PINS_FILE, manifest_code_changes, read_pins
 from apertus.core.config import load_config, merge_overrides
 from apertus.core.resources import sbatch_options
@@ -302,6 +302,22 @@ def attribute_changes(job: PlannedJob, config: dict[str, Any]) -> list[ConfigCha
     return changes
 
 
+# Where `snakemake` looks for its workflow in its working directory (without --snakefile).
+SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefile")
+
+
+def workflow_directory(directory: str | os.PathLike | None = None) -> Path:
+    """The checkout to run Snakemake in, absolute: `directory`, by default the current one (as
+    `snakemake` itself), which must hold a Snakefile where Snakemake looks for one."""
+    path = Path(directory if directory is not None else os.getcwd()).absolute()
+    if not any((path / name).is_file() for name in SNAKEFILES):
+        raise ApertusError(
+            f"{path} holds no Snakefile (nor workflow/Snakefile): run this from the root of a "
+            "checkout of the pipeline, or name it with --directory"
+        )
+    return path
+
+
 def _snakemake_command(
     mode: Sequence[str],
     configfiles: Sequence[str | os.PathLike],
@@ -330,12 +346,14 @@ def run_snakemake(
     results_dir: str | None = None,
     run: str | None = None,
     extra: Sequence[str] = (),
-    cwd: Path = REPO_ROOT,
+    cwd: str | os.PathLike | None = None,
     sbatch: bool = False,
 ) -> tuple[dict[str, Any], str]:
-    """Snakemake with `mode` (``-n``, ``--summary``...) on these config sources, as `apertus
-    config check` would resolve them: (the resolved config, stdout + stderr). Fails with the
-    tail of Snakemake's output when it does."""
+    """Snakemake with `mode` (``-n``, ``--summary``...) in the checkout `cwd` (default: the
+    current directory, `workflow_directory`) on these config sources, as `apertus config
+    check` would resolve them: (the resolved config, stdout + stderr). Fails with the tail of
+    Snakemake's output when it does."""
+    cwd = workflow_directory(cwd)
     settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     # Validates every source first: a bad key is named here, not deep in Snakemake's output.
     config = load_config(configfiles, [*overrides, *settings])
@@ -359,11 +377,13 @@ def explain_changes(
     results_dir: str | None = None,
     run: str | None = None,
     extra: Sequence[str] = (),
-    cwd: Path = REPO_ROOT,
+    cwd: str | os.PathLike | None = None,
     sbatch: bool = False,
 ) -> Plan:
-    """Dry-run the workflow with these config sources and explain each job it would run; with
-    `sbatch`, under profiles/slurm, with the sbatch options each job would be submitted with."""
+    """Dry-run the workflow of the checkout `cwd` (default: the current directory) with these
+    config sources and explain each job it would run; with `sbatch`, under profiles/slurm, with
+    the sbatch options each job would be submitted with."""
+    cwd = workflow_directory(cwd)
     config, output = run_snakemake(
         ["-n"], configfiles, overrides, results_dir, run, extra, cwd, sbatch
     )

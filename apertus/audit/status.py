@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apertus.audit.explain import parse_dry_run, run_snakemake
-from apertus.core import REPO_ROOT, ApertusError
+from apertus.audit.explain import parse_dry_run, run_snakemake, workflow_directory
+from apertus.core import ApertusError
 from apertus.core.codedigest import PINS_FILE, manifest_code_changes, read_pins
 from apertus.core.progress import ProgressState, format_duration, last_progress
 
@@ -273,8 +273,11 @@ def run_status(
     overrides: Sequence[str] = (),
     results_dir: str | None = None,
     run: str | None = None,
-    cwd: Path = REPO_ROOT,
+    cwd: str | os.PathLike | None = None,
 ) -> RunStatus:
+    """Where the run of these config sources stands, from Snakemake's records in the checkout
+    `cwd` (default: the current directory)."""
+    cwd = workflow_directory(cwd)
     config, output = run_snakemake(
         ["--summary", "--nolock"], configfiles, overrides, results_dir, run, cwd=cwd
     )

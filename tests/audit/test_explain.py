@@ -1,6 +1,7 @@
 """`apertus explain`: which jobs a config change re-runs, and why, from Snakemake's dry run."""
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from apertus.audit.explain import (
     split_reasons,
 )
 from apertus.cli import main
+from apertus.core import REPO_ROOT
 from apertus.core.config import load_config
 
 DATA = Path(__file__).parent / "data"
@@ -127,3 +129,38 @@ def test_unchanged_config_has_nothing_to_do(default_run, capsys):
     plan = explain_changes(results_dir=str(default_run.parent), run=default_run.name)
     assert plan.jobs == []
     assert "nothing to do" in render_plan(plan)
+
+
+def copy_checkout(target: Path) -> Path:
+    """The workflow of this repository (Snakefile, rules, config, profiles), elsewhere."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    target.mkdir()
+    shutil.copy2(REPO_ROOT / "Snakefile", target / "Snakefile")
+    for name in ("workflow", "config", "profiles"):
+        shutil.copytree(REPO_ROOT / name, target / name, ignore=ignore)
+    return target
+
+
+def test_explain_dry_runs_the_workflow_of_the_current_directory(tmp_path, monkeypatch):
+    """Not the checkout the package was installed from: a rule only the other checkout has is
+    planned there, and its .snakemake/ is the one written."""
+    checkout = copy_checkout(tmp_path / "checkout")
+    with open(checkout / "Snakefile", "a") as snakefile:
+        snakefile.write('\n\nrule only_in_this_checkout:\n    output:\n        "here.txt"\n')
+    monkeypatch.chdir(checkout)
+    plan = explain_changes(extra=["here.txt"])
+    assert [job.rule for job in plan.jobs] == ["only_in_this_checkout"]
+    assert (checkout / ".snakemake").is_dir()
+    monkeypatch.chdir(tmp_path)
+    plan = explain_changes(extra=["here.txt"], cwd=checkout)  # apertus explain --directory
+    assert [job.rule for job in plan.jobs] == ["only_in_this_checkout"]
+
+
+@pytest.mark.parametrize("command", ["explain", "status", "run"])
+def test_a_directory_without_a_snakefile_is_exit_2(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for where in ([], ["--directory", str(tmp_path)]):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, *where])
+        assert exit_.value.code == 2
+        assert f"{tmp_path} holds no Snakefile (nor workflow/Snakefile)" in capsys.readouterr().err
