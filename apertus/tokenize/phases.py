@@ -11,7 +11,9 @@ DocumentTokenizer wrote (one directory per source), never a copy of them.
   (uint32, the document's length; kept so a shard rewritten since planning is noticed on read).
   11 bytes per document, whatever the document's length.
 - ``phase.json``: the spec, what each source holds and contributes (tokens, documents, epochs),
-  its shard files with the sha256 from the source's ``checksums.json``, and the index's sha256.
+  its shard files with the sha256 from the source's ``checksums.json`` (of each ``.ds`` file and
+  its ``.ds.index``), and the index's sha256. Training verifies the files it reads against
+  these before its first step (`PhaseDataset.checksummed_files`).
   ``languages`` counts the planned documents and tokens per language, exactly, from the
   language sidecar of each shard file: per source (every language it holds, 0 where nothing
   is planned) and for the phase, each summing to the corresponding ``documents_planned`` and
@@ -88,7 +90,7 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_open, atomic_write_json, sha256_file
+from apertus.core.files import Checksummed, atomic_open, atomic_write_json, sha256_file
 from apertus.core.typed import is_integer
 
 PHASE_FORMAT_VERSION = 1
@@ -182,6 +184,7 @@ class _ShardFile:
     sha256: str
     size: int
     ends: np.ndarray  # cumulative document ends, in tokens
+    index_sha256: str | None  # of the .ds.index file, when checksums.json lists it
 
 
 class _SourceShards:
@@ -262,7 +265,10 @@ class _SourceShards:
                 )
             if len(ends) >= _UINT32_LIMIT:
                 raise ApertusError(f"{path}: {len(ends)} documents, more than uint32 can index")
-            self.files.append(_ShardFile(path, relpath, str(entry["sha256"]), size, ends))
+            index_sha = index_entry.get("sha256") if isinstance(index_entry, dict) else None
+            self.files.append(
+                _ShardFile(path, relpath, str(entry["sha256"]), size, ends, index_sha)
+            )
         if len(self.files) >= _UINT32_LIMIT:
             raise ApertusError(
                 f"{where}: {len(self.files)} shard files, more than uint32 can index"
@@ -557,6 +563,7 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
                         "sha256": f.sha256,
                         "bytes": f.size,
                         "documents": len(f.ends),
+                        **({"index_sha256": f.index_sha256} if f.index_sha256 else {}),
                     }
                     for f in shard.files
                 ],
@@ -709,6 +716,24 @@ class PhaseDataset:
                         f"{p}: {p.stat().st_size} bytes, the phase was planned with {size} "
                         "(truncated or rewritten since planning)"
                     )
+
+    def checksummed_files(self) -> list[Checksummed]:
+        """The shard files (``.ds`` and their ``.ds.index``) the plan reads, with the sha256 and
+        size phase.json records, for `apertus.core.files.verify_checksums`: training checks
+        them before its first step (apertus.train.launch)."""
+        pairs = np.unique(
+            self._source.astype(np.uint64) << np.uint64(32) | self._file.astype(np.uint64)
+        )
+        files = []
+        for pair in pairs.tolist():
+            source, file = pair >> 32, pair & 0xFFFFFFFF
+            record = self._files[source][file]
+            path = self._path(source, file)
+            files.append(Checksummed(path, record["sha256"], record["bytes"]))
+            if "index_sha256" in record:
+                index = path.with_name(path.name + ".index")
+                files.append(Checksummed(index, record["index_sha256"], record["documents"] * 8))
+        return files
 
     def __len__(self) -> int:
         return len(self._tokens)

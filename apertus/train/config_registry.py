@@ -40,6 +40,7 @@ from torchtitan.trainer import Trainer
 
 from apertus.core import ApertusError
 from apertus.core.device import resolve_device
+from apertus.core.lifetime import die_with_parent
 from apertus.model.spec import model_spec
 from apertus.train import cpu_workarounds
 from apertus.train.checkpoint import FiniteCheckpointManager
@@ -53,6 +54,11 @@ from apertus.train.sft_loader import SFTDataLoader
 from apertus.train.trainer import ApertusTrainer
 
 __all__ = ["from_spec", "trainer_config"]
+
+if "TORCHELASTIC_RUN_ID" in os.environ:
+    # A rank started by torchrun (which puts it in a session of its own): it dies with
+    # torchrun rather than train on, orphaned, into a work directory (apertus.core.lifetime).
+    die_with_parent("torch.distributed.run", "torchrun")
 
 
 def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:

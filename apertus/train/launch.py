@@ -31,8 +31,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apertus.core import ApertusError
+from apertus.core.files import verify_checksums
+from apertus.core.lifetime import child_dies_with_us
 from apertus.train.early_stop import STOP_AT_ENV, STOPPED_FILE
-from apertus.train.run_spec import SPEC_ENV, checkpoint_steps, load_run_spec, preflight
+from apertus.train.run_spec import (
+    SPEC_ENV,
+    checkpoint_steps,
+    data_files,
+    load_run_spec,
+    preflight,
+)
 from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
 
 __all__ = ["STOPPED", "main", "run", "torchrun_command"]
@@ -50,6 +58,8 @@ DIVERGENCE_MARKERS = (
 # saving a checkpoint: EX_TEMPFAIL, "try again"; a rerun resumes.
 STOPPED = 75
 STOP_BEFORE_ENV = "APERTUS_STOP_BEFORE_MINUTES"
+VERIFIED_FILE = "verified-data.json"
+"""Beside a run's checkpoint folder: the data files found good, by size, mtime, ctime, inode."""
 """Minutes before a SLURM job's time limit at which training stops (default 10)."""
 
 
@@ -143,7 +153,19 @@ def run(
         )
     spec_path = Path(spec_path).absolute()
     spec = load_run_spec(spec_path)
-    preflight(spec, world_size=nproc * nnodes)
+    checked = preflight(spec, world_size=nproc * nnodes)
+    # Every byte trained on is the one its record names (and the work directory's key hashes
+    # that record): a flipped byte stops the run here, before its first step.
+    verified = verify_checksums(
+        data_files(checked),
+        f"training data {checked.data_dir}",
+        cache=Path(spec.checkpoint.folder).absolute().parent / VERIFIED_FILE,
+    )
+    _say(
+        f"verified the sha256 of {verified['files']} data file(s) "
+        f"({verified['bytes_hashed'] / 2**20:.1f} MiB read, {verified['files_cached']} "
+        "unchanged since last verified)"
+    )
     env = dict(os.environ)
     if job is None:
         command = torchrun_command(nproc, extra_args)
@@ -167,9 +189,12 @@ def run(
     stopped = Path(spec.metrics_folder).absolute() / STOPPED_FILE
     stopped.unlink(missing_ok=True)
     divergence: str | None = None
+    # torchrun dies with this process, and each rank with torchrun (apertus.core.lifetime): a
+    # killed step leaves no trainer writing into its work directory.
     process = subprocess.Popen(
         command,
         env=env,
+        preexec_fn=child_dies_with_us(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -29,6 +29,7 @@ import numpy as np
 
 from apertus.core import ApertusError, codedigest
 from apertus.core.files import atomic_write_json, canonical_json, sha256_text
+from apertus.core.lifetime import exclusive_lock
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.config import PretrainConfig
@@ -156,6 +157,9 @@ def run_spec(
     )
 
 
+LOCK_FILE = "LOCK"
+"""In a work directory: held by the stage process while its trainer runs (host, PID, start)."""
+
 # The code that trains: what torchrun starts (apertus.core.codedigest counts what it uses).
 TRAINER_MODULE = "apertus.train.config_registry"
 
@@ -192,34 +196,37 @@ def train_and_record(
     work = work_directory(work_root, name, spec, key_material)
     spec = spec.placed(work)
     work.mkdir(parents=True, exist_ok=True)
-    write_run_spec(work / "spec.json", spec)
-    done = checkpoint_steps(work / "ckpt")
-    if done:
-        step.summary["resumed_from_step"] = max(done)
-    code = run(work / "spec.json", nproc, nnodes=nnodes)
-    if code == STOPPED:
-        raise ApertusError(
-            f"training of {name} stopped early with a checkpoint in {work / 'ckpt'} (a signal, "
-            "or its SLURM time limit ahead); a re-run resumes from it"
-        )
-    if code != 0:
-        raise ApertusError(
-            f"training of {name} failed (exit {code}); its checkpoints are kept in "
-            f"{work / 'ckpt'} and a re-run resumes from the last one"
-        )
-    final_step = max(checkpoint_steps(work / "ckpt"))
-    metrics = read_metrics(work / "out" / "metrics.jsonl")
-    last = metrics[max(metrics)]
-    record = {
-        "name": name,
-        "final_checkpoint": str((work / "ckpt" / f"step-{final_step}").absolute()),
-        "final_step": final_step,
-        "final_loss": last["loss"],
-        "tokens_seen": last.get("tokens_seen"),
-        "flavor": spec.flavor,
-        "model_overrides": spec.model_overrides,
-        "seq_len": spec.seq_len,
-    }
+    # One trainer per work directory: a second run of the same stage (another clone on the
+    # same results folder, a re-run while an orphan of the last one lives) is refused.
+    with exclusive_lock(work / LOCK_FILE, f"the training work directory {work}"):
+        write_run_spec(work / "spec.json", spec)
+        done = checkpoint_steps(work / "ckpt")
+        if done:
+            step.summary["resumed_from_step"] = max(done)
+        code = run(work / "spec.json", nproc, nnodes=nnodes)
+        if code == STOPPED:
+            raise ApertusError(
+                f"training of {name} stopped early with a checkpoint in {work / 'ckpt'} (a signal, "
+                "or its SLURM time limit ahead); a re-run resumes from it"
+            )
+        if code != 0:
+            raise ApertusError(
+                f"training of {name} failed (exit {code}); its checkpoints are kept in "
+                f"{work / 'ckpt'} and a re-run resumes from the last one"
+            )
+        final_step = max(checkpoint_steps(work / "ckpt"))
+        metrics = read_metrics(work / "out" / "metrics.jsonl")
+        last = metrics[max(metrics)]
+        record = {
+            "name": name,
+            "final_checkpoint": str((work / "ckpt" / f"step-{final_step}").absolute()),
+            "final_step": final_step,
+            "final_loss": last["loss"],
+            "tokens_seen": last.get("tokens_seen"),
+            "flavor": spec.flavor,
+            "model_overrides": spec.model_overrides,
+            "seq_len": spec.seq_len,
+        }
     step.outputs.append(Path(record["final_checkpoint"]))  # hashed into the manifest
     output.mkdir(parents=True, exist_ok=True)
     write_run_spec(output / "spec.json", spec)

@@ -4,11 +4,13 @@ new output; an error leaves the old one and no temporary behind."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 
 import pytest
 
+from apertus.core import ApertusError
 from apertus.core.files import (
     atomic_path,
     atomic_write_bytes,
@@ -88,3 +90,53 @@ def test_leftovers_of_a_killed_build_are_removed_by_the_next_build(tmp_path):
     with building_directory(target) as built:
         (built / "metadata").write_text("{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == [other_target.name, "step-9"]
+
+
+# ---------------------------------------------------------------------------------------------
+# verify_checksums: every byte read is the recorded one
+
+
+def recorded(path):
+    from apertus.core.files import Checksummed
+
+    data = path.read_bytes()
+    return Checksummed(path, hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_verify_checksums_names_a_flipped_byte_and_a_wrong_size(tmp_path):
+    from apertus.core.files import verify_checksums
+
+    files = []
+    for i in range(3):
+        (tmp_path / f"{i}.ds").write_bytes(bytes(range(256)) * (i + 1))
+        files.append(recorded(tmp_path / f"{i}.ds"))
+    assert verify_checksums(files, "the shards")["bytes_hashed"] == 256 * 6
+    data = bytearray((tmp_path / "1.ds").read_bytes())
+    data[100] ^= 0x01
+    (tmp_path / "1.ds").write_bytes(bytes(data))
+    with pytest.raises(ApertusError, match=r"the shards: .*1\.ds: sha256 [0-9a-f]{64}, its record"):
+        verify_checksums(files, "the shards")
+    (tmp_path / "2.ds").write_bytes(b"short")
+    with pytest.raises(ApertusError, match=r"2\.ds: 5 bytes, its record says 768.* \(and 1 more\)"):
+        verify_checksums(files, "the shards")
+
+
+def test_verify_checksums_cache_skips_unchanged_files_but_not_an_edit_with_mtime_restored(
+    tmp_path,
+):
+    from apertus.core.files import verify_checksums
+
+    path = tmp_path / "a.ds"
+    path.write_bytes(b"x" * 4096)
+    files = [recorded(path)]
+    cache = tmp_path / "verified.json"
+    assert verify_checksums(files, "data", cache)["bytes_hashed"] == 4096
+    again = verify_checksums(files, "data", cache)
+    assert again["bytes_hashed"] == 0 and again["files_cached"] == 1
+    before = path.stat()
+    with open(path, "r+b") as f:  # one byte changed in place, then the mtime put back
+        f.seek(7)
+        f.write(b"y")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(ApertusError, match=r"a\.ds: sha256"):
+        verify_checksums(files, "data", cache)

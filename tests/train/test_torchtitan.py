@@ -10,7 +10,6 @@ init, data, masks, AdEMAMix, clipping and schedule, and losses recomputed from t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -163,6 +162,15 @@ def process_tree(pid: int) -> list[int]:
         tree.append(current)
         todo.extend(children.get(current, []))
     return tree
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (a dead child not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def load_checkpoint(step_dir: Path, tmp_path: Path) -> dict:
@@ -383,28 +391,37 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
     metrics_file = tmp_path / "killed" / "out" / "metrics.jsonl"
     command = [sys.executable, "-m", "apertus.train.launch", "--spec", str(spec), "--nproc", "1"]
     with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         deadline = time.monotonic() + 180
         killed_after = None
         while time.monotonic() < deadline and process.poll() is None:
             if metrics_file.exists():
                 logged = read_metrics(metrics_file)
                 if logged and max(logged) >= 13:
-                    # What a node failure or the scheduler does: every process of the job dies.
-                    for pid in process_tree(process.pid):
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
+                    # What `kill -9` of Snakemake's process group does: the launcher and
+                    # torchrun die; the rank, in a session of its own, must die with them.
+                    tree = process_tree(process.pid)
+                    assert len(tree) >= 3  # launcher, torchrun, the rank
+                    os.killpg(process.pid, signal.SIGKILL)
                     killed_after = max(logged)
                     break
             time.sleep(0.01)
         process.wait(timeout=60)
     assert killed_after is not None, (tmp_path / "killed.log").read_text()[-4000:]
-    time.sleep(1.0)  # nothing may still be writing
+    deadline = time.monotonic() + 20
+    while any(map(running, tree)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphans = [pid for pid in tree if running(pid)]
+    assert not orphans, f"processes of the killed run still alive: {orphans}"
     left = checkpoint_steps(tmp_path / "killed" / "ckpt")
     assert 30 not in left and 10 in left  # stopped mid-way, after a checkpoint
     assert max(read_metrics(metrics_file)) < 30
 
     proc = run_ok(spec, 1)
+    # The shard and its index were verified before the first run; unchanged, not read again.
+    assert "verified the sha256 of 2 data file(s) (0.0 MiB read, 2 unchanged" in proc.stderr
     resumed_from = max(left)
     assert f"Training starts at step {resumed_from + 1}" in proc.stdout
     final = load_checkpoint(tmp_path / "killed" / "ckpt" / "step-30", tmp_path)
@@ -587,6 +604,27 @@ def test_next_phase_continues_optimizer_and_schedule_with_fresh_data(
     assert steps == {30.0}  # AdEMAMix carried on
     assert final["train_state"]["step"] == 30
     assert final["dataloader"]["windows_consumed"] == 10 * 8  # the new phase from its start
+
+
+def test_a_flipped_byte_in_a_shard_stops_the_run_before_its_first_step(tmp_path):
+    """Same size, one bit changed, in the token file or its document index: the launcher
+    checks every file the plan reads against the sha256 phase.json records, and refuses,
+    naming the file, before torchrun starts."""
+    phase_dir = build_phase(tmp_path / "data")
+    shard = tmp_path / "data" / "shards" / "web" / "00000_shard.ds"
+    for name, offset in ((shard.name, 1001), (shard.name + ".index", 17)):
+        path = shard.with_name(name)
+        original = path.read_bytes()
+        flipped = bytearray(original)
+        flipped[offset] ^= 0x04
+        path.write_bytes(bytes(flipped))
+        spec = write_spec(tmp_path / name, phase_dir)
+        proc = launch(spec, 1)
+        assert proc.returncode == 2, proc.stderr
+        assert f"error: training data {phase_dir}: {path}: sha256" in proc.stderr
+        assert "nothing was trained on it" in proc.stderr
+        assert "torchrun" not in proc.stderr and not (tmp_path / name / "ckpt").exists()
+        path.write_bytes(original)
 
 
 @pytest.mark.slow

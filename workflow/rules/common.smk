@@ -19,7 +19,9 @@ try:
     from apertus.core.codedigest import step_code as code_of
     from apertus.core.config import load_schema, validate_config
     from apertus.core.files import canonical_json
+    from apertus.core.lifetime import LockHeld, hold_lock
     from apertus.core.resources import job_resources
+    from apertus.plan_check import check_plan
 except ImportError as e:
     raise WorkflowError(
         f"cannot import the apertus package ({e}); set up the environment with "
@@ -41,13 +43,16 @@ def config_sources():
     return files + [f"--config {arg}" for arg in cli.config_args or []]
 
 
-# Fails before any job runs, naming every bad key; fills the schema's defaults.
+# Fails before any job runs, naming every bad key; fills the schema's defaults. Then the
+# cross-field checks (apertus.plan_check: unique names, references, batch arithmetic, filter
+# options), the ones `apertus config check` makes.
 try:
     validate_config(
         config,
         load_schema(workflow.source_path("../schemas/config.schema.yaml")),
         sources=config_sources(),
     )
+    check_plan(config, sources=config_sources())
 except ApertusError as e:
     raise WorkflowError(str(e)) from None
 
@@ -58,6 +63,20 @@ if config["offline"]:
     )
 
 RUN_DIR = Path(config["results_dir"]) / config["run"]
+
+# One Snakemake runs jobs in a results folder at a time (two clones sharing a `results_dir` would
+# train into the same checkpoints): the process that runs jobs holds this lock until it exits.
+# Dry runs, `apertus status` and jobs (started with --no-hooks) do not take it.
+RESULTS_LOCK = RUN_DIR / ".snakemake.lock"
+_HELD_LOCKS = []
+
+
+onstart:
+    try:
+        _HELD_LOCKS.append(hold_lock(RESULTS_LOCK, f"the results folder {RUN_DIR}"))
+    except LockHeld as e:
+        raise WorkflowError(str(e)) from None
+
 
 # Code pinned on purpose (`apertus code pin`): the workflow and its jobs read the same file.
 CODE_PINS = RUN_DIR / PINS_FILE
