@@ -50,3 +50,24 @@ def test_snakefmt_is_clean():
 def test_ruff_is_clean():
     run_tool("ruff", "check", ".", check=True)
     run_tool("ruff", "format", "--check", ".", check=True)
+
+
+def test_a_second_snakemake_on_a_results_folder_in_use_is_refused_before_any_job(tmp_path):
+    """Two clones sharing a `results_dir`: the second Snakemake that would run jobs there is
+    refused, naming the holder (here this test process); a dry run is not."""
+    import os
+
+    from apertus.core.lifetime import hold_lock
+
+    fd = hold_lock(tmp_path / "default" / ".snakemake.lock", "a test")
+    try:
+        run_tool("snakemake", "-n", "--config", f"results_dir={tmp_path}", check=True)
+        proc = run_tool("snakemake", "--cores", "1", "--config", f"results_dir={tmp_path}")
+    finally:
+        os.close(fd)
+    assert proc.returncode != 0
+    assert (
+        f"the results folder {tmp_path / 'default'} is in use by PID {os.getpid()} on "
+        f"{os.uname().nodename}"
+    ) in proc.stderr
+    assert not (tmp_path / "default" / "data").exists()  # no job ran
