@@ -45,9 +45,16 @@ from apertus.audit.rerun import render_rerun, rerun_step
 from apertus.audit.status import render_status, run_status
 from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.codedigest import step_code
-from apertus.core.config import load_config, merge_overrides, render_reference
+from apertus.core.config import (
+    config_sources,
+    dotted_config_args,
+    load_config,
+    merge_overrides,
+    render_reference,
+)
 from apertus.core.files import atomic_write_text
 from apertus.core.manifest import code_version, package_versions
+from apertus.plan_check import check_plan
 from apertus.report.rulegraph import update_readme
 
 CONFIG_REFERENCE = REPO_ROOT / "config" / "README.md"
@@ -239,7 +246,9 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     """Snakemake on the config files and overrides, checked first. The overrides go in as one
     more config file (content-addressed under .snakemake/, kept: jobs Snakemake submits to a
     cluster read the same files)."""
-    load_config(args.configfile, args.overrides)  # names a bad key before anything runs
+    dotted_config_args(snakemake_args)
+    config = load_config(args.configfile, args.overrides)  # names a bad key before anything runs
+    check_plan(config, sources=config_sources(args.configfile, args.overrides))
     directory = workflow_directory(args.directory)
     command = [sys.executable, "-m", "snakemake", *snakemake_args]
     files = [str(Path(f).resolve()) for f in args.configfile]
@@ -287,6 +296,8 @@ def run(argv: list[str] | None = None) -> int:
     if args.action == "docs":
         return _config_docs(args.check, args.write)
     config = load_config(args.configfile, args.overrides)
+    if args.action == "check":
+        check_plan(config, sources=config_sources(args.configfile, args.overrides))
     if args.action == "show":
         print(yaml.safe_dump(config, sort_keys=False), end="")
     else:

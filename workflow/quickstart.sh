@@ -54,6 +54,8 @@ fi
 
 export PATH="$(cd "$venv" && pwd)/bin:$PATH"
 case "$what" in
-  run) exec snakemake "$@" ;;
+  # Through `apertus run`: dotted --config keys, which Snakemake refuses with a traceback, are
+  # named first (the config itself is checked by the workflow, as with plain `snakemake`).
+  run) exec python -m apertus run -- "$@" ;;
   test) exec python -m pytest "$@" ;;
 esac

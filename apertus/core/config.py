@@ -207,13 +207,19 @@ def validate_config(
     apply_defaults(config, schema)
     problems = config_errors(config, schema)
     if problems:
-        origin = f" (merged from {', '.join(map(str, sources))})" if sources else ""
-        lines = "\n".join(f"  - {p}" for p in problems)
-        raise ConfigError(
-            f"invalid configuration{origin}:\n{lines}\n"
-            "Every key, its type and allowed values: config/README.md"
-        )
+        raise ConfigError(problems_message(problems, sources))
     return config
+
+
+def problems_message(problems: Sequence[str], sources: Sequence[str | os.PathLike] = ()) -> str:
+    """The text of a ConfigError listing `problems` (one per line) of the configuration merged
+    from `sources`; the schema's and the cross-field checks (`apertus.plan_check`) read alike."""
+    origin = f" (merged from {', '.join(map(str, sources))})" if sources else ""
+    lines = "\n".join(f"  - {p}" for p in problems)
+    return (
+        f"invalid configuration{origin}:\n{lines}\n"
+        "Every key, its type and allowed values: config/README.md"
+    )
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -251,6 +257,38 @@ def merge_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     return merged
 
 
+def dotted_config_args(snakemake_args: Sequence[str]) -> None:
+    """Refuse dotted keys in Snakemake's own ``--config KEY=VALUE`` (``--config
+    pretrain.lr.peak=1e-3``): Snakemake rejects them with a traceback before it reads the
+    Snakefile, so the workflow cannot name them; `apertus run` and the quickstart call this
+    first."""
+    dotted, taking = [], False
+    for arg in snakemake_args:
+        if arg in ("--config", "-C"):
+            taking = True
+            continue
+        if arg.startswith("--config="):
+            arg, taking = arg.removeprefix("--config="), True
+        elif arg.startswith("-"):
+            taking = False
+        if taking and "." in arg.partition("=")[0]:
+            dotted.append(arg)
+    if dotted:
+        listed = " ".join(dotted)
+        raise ConfigError(
+            f"--config {listed}: Snakemake's --config takes no dotted keys; write "
+            f"`apertus run {listed}` (KEY=VALUE with dotted keys, checked first) or set the "
+            "keys as nested YAML in a file given with --configfile"
+        )
+
+
+def config_sources(
+    configfiles: Sequence[str | os.PathLike] = (), overrides: Sequence[str] = ()
+) -> list[str]:
+    """Where `load_config` takes the configuration from, in merge order (for messages)."""
+    return [str(path) for path in (DEFAULT_CONFIG, *configfiles)] + list(overrides)
+
+
 def load_config(
     configfiles: Sequence[str | os.PathLike] = (),
     overrides: Sequence[str] = (),
@@ -261,7 +299,10 @@ def load_config(
     sources = [DEFAULT_CONFIG, *configfiles]
     config: dict[str, Any] = {}
     for path in sources:
-        data = load_yaml(path) or {}
+        data = load_yaml(path)
+        if data is None:
+            # An empty file (or only comments) is almost always the wrong file or a failed write.
+            raise ConfigError(f"config file {path}: empty (it holds no keys)")
         if not isinstance(data, dict):
             raise ConfigError(
                 f"config file {path} must hold a mapping of keys, got {_json_type(data)}"

@@ -23,6 +23,12 @@ def test_dry_run_shows_the_dag(tmp_path):
         ({"resources": {"default": {"threads": "four"}}}, "key 'resources.default.threads'"),
         ({"offline": "sometimes"}, "key 'offline' must be of type boolean"),
         ({"run": "has space"}, "key 'run' is 'has space'"),
+        # Cross-field checks (apertus.plan_check), made by common.smk right after the schema's.
+        ({"pretrain": {"global_batch": 12}}, "key 'pretrain.global_batch' is 12: not divisible"),
+        (
+            {"pretrain": {"phases": ["phase1", "phase1"], "goldfish_control": None}},
+            "key 'pretrain.phases[1]' is 'phase1', already at 'pretrain.phases[0]'",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, config, named):

@@ -8,18 +8,14 @@
 POSTTRAIN = config["posttrain"]
 POSTTRAIN_STAGES = ["sft", "qrpo"] if POSTTRAIN["enabled"] else []
 POSTTRAIN_INSTRUCTIONS = stage_path("posttrain", "instructions")
-# Pretraining documents replayed in SFT (posttrain.sft_data.replay): the phase index they come from.
+# Pretraining documents replayed in SFT (posttrain.sft_data.replay): the phase index they come
+# from, a tokenization phase (apertus.plan_check, called by common.smk, checks it is one).
 POSTTRAIN_REPLAY = POSTTRAIN["sft_data"]["replay"]
 POSTTRAIN_REPLAY_PHASE = (
     [stage_path("tokenize", "phases", POSTTRAIN_REPLAY["phase"])]
     if POSTTRAIN_REPLAY["documents"]
     else []
 )
-if POSTTRAIN_REPLAY_PHASE and POSTTRAIN_REPLAY["phase"] not in TOKENIZE_PHASES:
-    raise WorkflowError(
-        f"posttrain.sft_data.replay.phase: {POSTTRAIN_REPLAY['phase']!r} is not one of "
-        f"tokenize.phases ({', '.join(TOKENIZE_PHASES)})"
-    )
 
 
 rule posttrain_instructions:
