@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import json
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -138,8 +140,91 @@ class StepRun:
         )
 
 
+# What the machine refused, and what to do (the step's outputs are atomic: nothing it left
+# half-written looks complete, and a re-run starts or resumes the step).
+_ENVIRONMENT_ERRORS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only filesystem",
+    errno.ENOMEM: "out of memory",
+}
+
+
+def free_space(path: str | os.PathLike[str]) -> str:
+    """Free and total space of the filesystem holding `path` (or its nearest existing parent)."""
+    for candidate in (Path(path), *Path(path).absolute().parents):
+        try:
+            usage = shutil.disk_usage(candidate)
+        except OSError:
+            continue
+        return f"{usage.free / 2**20:.0f} MiB free of {usage.total / 2**30:.1f} GiB there"
+    return "free space unknown"
+
+
+def environment_error(error: BaseException) -> str | None:
+    """One line for a failure the machine caused (disk full, quota, permissions, read-only
+    filesystem, memory): what, where, and what to do; None for any other error."""
+    if isinstance(error, MemoryError):
+        return (
+            "out of memory in this step: give its rule more memory (resources in the config "
+            "or the profile) or lower its batch size, then re-run"
+        )
+    if not isinstance(error, OSError) or error.errno not in _ENVIRONMENT_ERRORS:
+        return None
+    what = _ENVIRONMENT_ERRORS[error.errno]
+    where = error.filename if error.filename is not None else os.getcwd()
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = (
+            f"{free_space(where)}; free space (or move results_dir to a larger filesystem) "
+            "and re-run: finished steps and checkpoints are kept, and nothing half-written "
+            "is taken for complete"
+        )
+    elif error.errno == errno.ENOMEM:
+        advice = "give the step more memory or lower its batch size, then re-run"
+    else:
+        advice = "check the owner and mode of the path (ls -l), then re-run"
+    target = f": {where}" if error.filename is not None else ""
+    said = f" ({error.strerror})" if str(error.strerror).lower() != what else ""
+    return f"{what}{target}{said}: {advice}"
+
+
+def failure_summary(run_dir: str | os.PathLike[str], since: float) -> list[str]:
+    """After a failed Snakemake run: the last `error:` line of every step log written since
+    `since` (a time.time()), and a warning when the results folder's filesystem is (nearly)
+    full, since a full disk may have cut the logs themselves. For the workflow's `onerror`,
+    whose output reaches the terminal even when the logs' disk cannot take a line more."""
+    run_dir = Path(run_dir)
+    lines = []
+    for log in sorted((run_dir / "logs").rglob("*.log")):
+        try:
+            if log.stat().st_mtime < since:
+                continue
+            with open(log, "rb") as f:
+                f.seek(max(0, log.stat().st_size - 65536))
+                tail = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        errors = [line.strip() for line in tail if "error: " in line]
+        if errors:
+            lines.append(f"{log}: {errors[-1]}")
+    try:
+        usage = shutil.disk_usage(run_dir if run_dir.exists() else run_dir.parent)
+    except OSError:
+        return lines
+    if usage.free < min(2**30, usage.total // 100):
+        lines.append(
+            f"error: the filesystem of {run_dir} is full ({free_space(run_dir)}): steps fail "
+            "with 'No space left on device' and their logs may be cut; free space or move "
+            "results_dir, then re-run (finished steps and checkpoints are kept)"
+        )
+    return lines
+
+
 def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> None:
-    """Run a step's `main`; a user-fixable error becomes one 'error:' line and exit code 2.
+    """Run a step's `main`; a user-fixable error becomes one 'error:' line and exit code 2, as
+    does a failure the machine caused (`environment_error`: disk full, permissions, memory).
 
     Log verbosity comes from APERTUS_LOG_LEVEL (default INFO).
     """
@@ -151,3 +236,9 @@ def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = N
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except (OSError, MemoryError) as e:
+        message = environment_error(e)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)

@@ -27,12 +27,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from apertus.core import ApertusError
 from apertus.core.files import verify_checksums
 from apertus.core.lifetime import child_dies_with_us
+from apertus.core.stage import free_space
 from apertus.train.early_stop import STOP_AT_ENV, STOPPED_FILE
 from apertus.train.run_spec import (
     SPEC_ENV,
@@ -106,6 +108,37 @@ def _divergence_message(line: str) -> str | None:
     for marker in DIVERGENCE_MARKERS:
         if marker in line:
             return line[line.index(marker) :].strip()
+    return None
+
+
+# What the machine did to a rank, as torchrun's failure report or the rank's traceback says it.
+MACHINE_FAILURES = (
+    (
+        ("No space left on device", "Disk quota exceeded"),
+        "a rank ran out of disk space writing under {work} ({free}); free space or move "
+        "results_dir, then rerun: it resumes from the last checkpoint, {last} (a half-written "
+        "checkpoint is never taken for one)",
+    ),
+    (
+        ("exitcode  : -9", "Signal 9 (SIGKILL)"),
+        "a rank was killed by SIGKILL, most likely by the kernel's out-of-memory killer (see "
+        "`dmesg` or the SLURM job's record); give the job more memory or lower micro_batch, "
+        "then rerun: it resumes from the last checkpoint, {last}",
+    ),
+    (
+        ("Permission denied", "Read-only file system"),
+        "a rank was refused access to a file (permission denied or a read-only filesystem, "
+        "see above); check the owner and mode of {work} and the data, then rerun",
+    ),
+)
+
+
+def _machine_failure(output: Sequence[str], work: Path, last: str) -> str | None:
+    """What the machine did (disk full, the OOM killer, permissions) to a failed run, from its
+    output, or None."""
+    for markers, message in MACHINE_FAILURES:
+        if any(marker in line for line in output for marker in markers):
+            return message.format(work=work, free=free_space(work), last=last)
     return None
 
 
@@ -209,10 +242,18 @@ def run(
 
     signals = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
     previous = {s: signal.signal(s, forward) for s in signals}
+    # The end of the output, where torchrun's failure report and the ranks' errors are.
+    tail: deque[str] = deque(maxlen=400)
+    unwritten: OSError | None = None
     try:
         assert process.stdout is not None
         for line in process.stdout:
-            sys.stdout.write(line)
+            tail.append(line)
+            if unwritten is None:
+                try:
+                    sys.stdout.write(line)
+                except OSError as e:  # the log's disk is full: keep draining the ranks' pipe
+                    unwritten = e
             if divergence is None:
                 divergence = _divergence_message(line)
         returncode = process.wait()
@@ -221,6 +262,7 @@ def run(
             signal.signal(s, handler)
     sys.stdout.flush()
 
+    work = Path(spec.checkpoint.folder).absolute().parent
     steps = checkpoint_steps(Path(spec.checkpoint.folder).absolute())
     last = f"{steps[max(steps)]} (step {max(steps)})" if steps else "none"
     if stopped.is_file() and divergence is None:
@@ -246,11 +288,15 @@ def run(
                 f"The last checkpoint, {last}, is intact; fix the cause (e.g. a lower LR) and "
                 "rerun to resume from it."
             )
+        elif (failure := _machine_failure(tail, work, last)) is not None:
+            _say(f"error: {failure}")
         else:
             _say(
                 f"training failed (exit code {returncode}); see the output above. "
                 f"Last checkpoint: {last}."
             )
+    if unwritten is not None:
+        raise unwritten  # the step fails with it (apertus.core.stage.run_main names it)
     return returncode
 
 

@@ -628,6 +628,31 @@ def test_a_flipped_byte_in_a_shard_stops_the_run_before_its_first_step(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_full_disk_is_named_with_the_free_space_and_the_checkpoint_to_resume_from(
+    phase, tmp_path
+):
+    """The run's folder on a 600 KiB filesystem: the first checkpoint cannot be written. The
+    launcher says so in one line (not only the rank's traceback) and nothing looks saved."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(small)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.decode().strip()}")
+    try:
+        proc = launch(write_spec(small / "run", phase), 1)
+        assert proc.returncode != 0
+        assert f"error: a rank ran out of disk space writing under {small / 'run'} (" in proc.stderr
+        assert "it resumes from the last checkpoint, none" in proc.stderr
+        assert checkpoint_steps(small / "run" / "ckpt") == {}
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+@pytest.mark.slow
 def test_divergence_stops_the_run_and_keeps_the_last_checkpoint(one_process_run, phase, tmp_path):
     """Resumed at step 10 with an infinite LR, the weights blow up at step 11 and the loss of
     step 12 is NaN: the run stops with a clear message, writes no checkpoint of a bad step,

@@ -4,6 +4,7 @@
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -21,6 +22,7 @@ try:
     from apertus.core.files import canonical_json
     from apertus.core.lifetime import LockHeld, hold_lock
     from apertus.core.resources import job_resources
+    from apertus.core.stage import failure_summary
     from apertus.plan_check import check_plan
 except ImportError as e:
     raise WorkflowError(
@@ -71,11 +73,20 @@ RESULTS_LOCK = RUN_DIR / ".snakemake.lock"
 _HELD_LOCKS = []
 
 
+_STARTED = time.time()
+
+
 onstart:
     try:
         _HELD_LOCKS.append(hold_lock(RESULTS_LOCK, f"the results folder {RUN_DIR}"))
     except LockHeld as e:
         raise WorkflowError(str(e)) from None
+
+
+# What went wrong, on the terminal: each failed step's error line (its log may be on a full disk).
+onerror:
+    for line in failure_summary(RUN_DIR, _STARTED):
+        print(line, file=sys.stderr)
 
 
 # Code pinned on purpose (`apertus code pin`): the workflow and its jobs read the same file.
