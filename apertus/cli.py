@@ -247,9 +247,10 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     more config file (content-addressed under .snakemake/, kept: jobs Snakemake submits to a
     cluster read the same files)."""
     dotted_config_args(snakemake_args)
-    config = load_config(args.configfile, args.overrides)  # names a bad key before anything runs
-    check_plan(config, sources=config_sources(args.configfile, args.overrides))
     directory = workflow_directory(args.directory)
+    # Names a bad key before anything runs.
+    config = load_config(args.configfile, args.overrides, directory=directory)
+    check_plan(config, sources=config_sources(args.configfile, args.overrides, directory))
     command = [sys.executable, "-m", "snakemake", *snakemake_args]
     files = [str(Path(f).resolve()) for f in args.configfile]
     if args.overrides:

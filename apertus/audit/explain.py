@@ -356,7 +356,7 @@ def run_snakemake(
     cwd = workflow_directory(cwd)
     settings = [f"{k}={v}" for k, v in (("results_dir", results_dir), ("run", run)) if v]
     # Validates every source first: a bad key is named here, not deep in Snakemake's output.
-    config = load_config(configfiles, [*overrides, *settings])
+    config = load_config(configfiles, [*overrides, *settings], directory=cwd)
     override = merge_overrides(overrides)
     with tempfile.TemporaryDirectory(prefix="apertus-explain-") as tmp:
         # Snakemake's own --config takes no dotted keys: overrides go in as one more file.

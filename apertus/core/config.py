@@ -25,6 +25,19 @@ from apertus.core import REPO_ROOT, ApertusError
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 
+
+def checkout_root(directory: str | os.PathLike | None = None) -> Path:
+    """The checkout whose config/config.yaml and schema a run uses: `directory`, or else the
+    current directory when it is a checkout of the pipeline (a Snakefile and
+    config/config.yaml), or else the one this package was installed from."""
+    if directory is not None:
+        return Path(directory)
+    here = Path.cwd()
+    if (here / "Snakefile").is_file() and (here / "config" / "config.yaml").is_file():
+        return here
+    return REPO_ROOT
+
+
 _JSON_TYPES = {
     bool: "boolean",
     int: "integer",
@@ -283,20 +296,28 @@ def dotted_config_args(snakemake_args: Sequence[str]) -> None:
 
 
 def config_sources(
-    configfiles: Sequence[str | os.PathLike] = (), overrides: Sequence[str] = ()
+    configfiles: Sequence[str | os.PathLike] = (),
+    overrides: Sequence[str] = (),
+    directory: str | os.PathLike | None = None,
 ) -> list[str]:
     """Where `load_config` takes the configuration from, in merge order (for messages)."""
-    return [str(path) for path in (DEFAULT_CONFIG, *configfiles)] + list(overrides)
+    default = checkout_root(directory) / "config" / "config.yaml"
+    return [str(path) for path in (default, *configfiles)] + list(overrides)
 
 
 def load_config(
     configfiles: Sequence[str | os.PathLike] = (),
     overrides: Sequence[str] = (),
     schema: dict[str, Any] | None = None,
+    directory: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """The run's configuration as Snakemake sees it: config/config.yaml, then each extra file
-    (presets), then KEY=VALUE overrides, merged in that order, defaults filled and validated."""
-    sources = [DEFAULT_CONFIG, *configfiles]
+    """The run's configuration as Snakemake sees it in the checkout `directory`
+    (`checkout_root`): its config/config.yaml, then each extra file (presets), then KEY=VALUE
+    overrides, merged in that order, defaults filled and validated against its schema."""
+    root = checkout_root(directory)
+    if schema is None and (root / "workflow" / "schemas" / "config.schema.yaml").is_file():
+        schema = load_schema(root / "workflow" / "schemas" / "config.schema.yaml")
+    sources = [root / "config" / "config.yaml", *configfiles]
     config: dict[str, Any] = {}
     for path in sources:
         data = load_yaml(path)

@@ -220,6 +220,28 @@ def test_cli_show_prints_resolved_config(capsys):
     assert shown["resources"]["default"]["runtime"] == 60
 
 
+def test_config_comes_from_the_checkout_in_the_current_directory(tmp_path, capsys, monkeypatch):
+    """Another checkout of the pipeline (its own config/config.yaml and schema): `apertus
+    config show` run there resolves its config, not the installed checkout's."""
+    import shutil
+
+    from apertus.core import REPO_ROOT
+
+    (tmp_path / "config").mkdir()
+    (tmp_path / "workflow").mkdir()
+    shutil.copytree(REPO_ROOT / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
+    (tmp_path / "Snakefile").write_text("")
+    default = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump({**default, "run": "theirs"}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        cli_main(["config", "show"])
+    assert info.value.code == 0
+    assert yaml.safe_load(capsys.readouterr().out)["run"] == "theirs"
+    monkeypatch.chdir(tmp_path / "config")  # not a checkout: the installed one's
+    assert load_config()["run"] == default.get("run", "default")
+
+
 def test_optional_mapping_gets_defaults_and_clear_errors():
     config = load_config(overrides=["resources.data.threads=2"])
     data = config["resources"]["data"]
