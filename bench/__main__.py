@@ -9,6 +9,7 @@ Benchmarks (`python -m bench.<name>` runs one alone, with its own options):
   optimizer     AdEMAMix against AdamW, step time and state memory
   data_filter   the data stage's filter chain against datatrove's reader -> writer
   tokenization  the tokenization stage against raw `encode_batch`
+  verify_data   the sha256 check of training data against coreutils sha256sum
   pipeline      default pipeline wall time, a no-op re-run, the 70B preset's dry-run
 
 The full suite takes about as long as the default pipeline plus a few minutes; `--quick` runs
@@ -27,7 +28,15 @@ from pathlib import Path
 
 from bench.common import Ratio, format_table, machine, read_json, write_json
 
-BENCHMARKS = ("train_step", "activation", "optimizer", "data_filter", "tokenization", "pipeline")
+BENCHMARKS = (
+    "train_step",
+    "activation",
+    "optimizer",
+    "data_filter",
+    "tokenization",
+    "verify_data",
+    "pipeline",
+)
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -75,12 +75,12 @@ def test_unknown_benchmark_is_named():
 
 @pytest.mark.slow
 def test_suite_runs_benchmarks_and_gathers_their_ratios(tmp_path):
-    """The optimizer and pipeline benchmarks, quick: the pipeline one runs real Snakemake (the
+    """The optimizer, data verification and pipeline benchmarks, quick: the pipeline one runs real Snakemake (the
     data sample and robots.txt jobs, then the same command as a checked no-op, then dry runs of
     the default and of the 70B preset)."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "bench", "--quick", "--only", "optimizer,pipeline",
+            sys.executable, "-m", "bench", "--quick", "--only", "optimizer,verify_data,pipeline",
             "--json", str(tmp_path / "all.json"), "--logs", str(tmp_path / "logs"),
         ],
         cwd=ROOT,
@@ -92,6 +92,8 @@ def test_suite_runs_benchmarks_and_gathers_their_ratios(tmp_path):
     assert [r.name for r in rows] == [
         "AdEMAMix / AdamW step time",
         "AdEMAMix / AdamW optimizer state",
+        "shard verification / sha256sum",
+        "resumed run's re-check / first check",
         "pipeline up to the data sample wall time",
         "no-op re-run / full run",
         "70B preset dry-run / default dry-run",
@@ -103,6 +105,6 @@ def test_suite_runs_benchmarks_and_gathers_their_ratios(tmp_path):
     assert rows[1].ratio == pytest.approx(1.5)
     # The dry runs really planned the DAGs: hundreds of jobs for the 70B preset. (That the
     # re-run was a no-op is checked by the benchmark itself, which fails otherwise.)
-    planned = re.search(r"(\d+) jobs planned for the 70B preset, (\d+) for the", rows[4].note)
-    assert planned, rows[4].note
+    planned = re.search(r"(\d+) jobs planned for the 70B preset, (\d+) for the", rows[6].note)
+    assert planned, rows[6].note
     assert int(planned.group(1)) > 5 * int(planned.group(2)) > 0
