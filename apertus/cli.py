@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ from apertus.core.config import (
     render_reference,
 )
 from apertus.core.files import atomic_write_text
+from apertus.core.lifetime import child_dies_with_us
 from apertus.core.manifest import code_version, package_versions
 from apertus.plan_check import check_plan
 from apertus.report.rulegraph import update_readme
@@ -263,7 +265,9 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     if files:  # after the user's arguments: `--configfile` takes every word that follows
         command += ["--configfile", *files]
     print("apertus run: " + " ".join(command[2:]), file=sys.stderr, flush=True)
-    return subprocess.run(command, cwd=directory, check=False).returncode
+    # Snakemake stops (SIGTERM: it ends its jobs) when this command is killed.
+    preexec = child_dies_with_us(signal.SIGTERM)
+    return subprocess.run(command, cwd=directory, check=False, preexec_fn=preexec).returncode
 
 
 def run(argv: list[str] | None = None) -> int:
