@@ -166,7 +166,7 @@ def build_manifest(
     stage: str,
     step: str,
     config: Any,
-    inputs: Iterable[str | os.PathLike],
+    inputs: Iterable[str | os.PathLike | dict[str, Any]],
     outputs: Iterable[str | os.PathLike],
     seed: int | None,
     started: dt.datetime,
@@ -183,7 +183,8 @@ def build_manifest(
         "step": step,
         "config": config,
         "config_sha256": config_hash(config),
-        "inputs": [describe_path(p) for p in inputs],
+        # An input may come described already (hashed when the step started: StepRun).
+        "inputs": [p if isinstance(p, dict) else describe_path(p) for p in inputs],
         "outputs": [describe_path(p, exclude) for p in outputs],
         "code": code_version(),
         # The code the step ran, by file (apertus.core.codedigest): what `apertus status` and

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.manifest import write_manifest
+from apertus.core.manifest import describe_path, write_manifest
+from apertus.core.provenance import check_inputs, run_dir_of_step
 
 log = logging.getLogger("apertus")
 
@@ -107,6 +108,10 @@ class StepRun:
             raise ApertusError(f"{self.stage}/{self.step}: missing input(s): {', '.join(missing)}")
         self.started = dt.datetime.now(dt.UTC)
         log.info("%s/%s started", self.stage, self.step)
+        # Hashed for the manifest now, before they are read: an input another step of the run
+        # wrote must hold the bytes that step recorded (apertus.core.provenance).
+        self.described_inputs = [describe_path(p) for p in self.inputs]
+        check_inputs(self.described_inputs, run_dir_of_step())
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -124,7 +129,7 @@ class StepRun:
             stage=self.stage,
             step=self.step,
             config=self.config,
-            inputs=self.inputs,
+            inputs=self.described_inputs,
             outputs=self.outputs,
             seed=self.seed,
             started=self.started,
