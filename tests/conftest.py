@@ -106,13 +106,22 @@ def default_run(request, tmp_path_factory):
 
 def copy_upstream(default_run: Path, run_dir: Path, pretrain: tuple[str, ...] = ()) -> None:
     """The default run's data and tokenization stages, and the `pretrain` stages with their
-    manifests, copied into `run_dir`: a test then runs only what follows them."""
+    manifests and final checkpoints, copied into `run_dir`: a test then runs only what follows
+    them."""
     for stage in ("data", "tokenize"):
         shutil.copytree(default_run / stage, run_dir / stage, symlinks=True)
     for name in pretrain:
         shutil.copytree(default_run / "pretrain" / name, run_dir / "pretrain" / name)
         manifest = f"{name}.manifest.json"
         shutil.copy2(default_run / "pretrain" / manifest, run_dir / "pretrain" / manifest)
+        # run.json names its final checkpoint relative to itself (in pretrain/_work).
+        recorded = json.loads((default_run / "pretrain" / name / "run.json").read_text())
+        checkpoint = recorded["final_checkpoint"]
+        if not os.path.isabs(checkpoint):
+            shutil.copytree(
+                os.path.normpath(default_run / "pretrain" / name / checkpoint),
+                os.path.normpath(run_dir / "pretrain" / name / checkpoint),
+            )
 
 
 def planned_jobs(run_dir, tmp_path, override_yaml: str) -> dict[str, int]:

@@ -14,6 +14,10 @@ and where (``cwd``). The re-run:
    directory: byte-identical first; else, for JSON and JSON Lines, every number within
    ``RTOL`` (relative) or ``ATOL`` (absolute), paths mapped back from the scratch directory,
    and the keys in ``VOLATILE_KEYS`` (wall-clock facts) ignored; anything else is DIFFERENT.
+   Records hold paths relative to their own folder (a re-run's output, written in the scratch
+   directory, names an input of the run directory by another relative path): two strings that
+   name the same place from their files' folders, the scratch mapped onto the run directory,
+   are the same.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,11 +222,15 @@ def _json_values(data: bytes, suffix: str) -> list[Any]:
 
 
 def compare_json(
-    recorded: Any, rerun: Any, where: str = "", ignored: set[str] | None = None
+    recorded: Any,
+    rerun: Any,
+    where: str = "",
+    ignored: set[str] | None = None,
+    same_path: Callable[[str, str], bool] | None = None,
 ) -> tuple[float, str | None]:
     """(largest relative difference among numbers, first difference beyond tolerance or None).
     Keys in VOLATILE_KEYS are skipped at any depth; those whose values differed are added to
-    `ignored`."""
+    `ignored`. Two different strings for which `same_path` holds (`_same_place`) are equal."""
     ignored = set() if ignored is None else ignored
     if isinstance(recorded, bool) or isinstance(rerun, bool):
         same = type(recorded) is type(rerun) and recorded == rerun
@@ -247,7 +256,7 @@ def compare_json(
             at = f"{where}.{key}" if where else str(key)
             if key not in recorded or key not in rerun:
                 return worst, f"{at}: only in the {'re-run' if key in rerun else 'recorded file'}"
-            diff, problem = compare_json(recorded[key], rerun[key], at, ignored)
+            diff, problem = compare_json(recorded[key], rerun[key], at, ignored, same_path)
             worst = max(worst, diff)
             if problem:
                 return worst, problem
@@ -257,14 +266,35 @@ def compare_json(
             return 0.0, f"{where or 'list'}: {len(recorded)} items vs {len(rerun)}"
         worst = 0.0
         for i, (a, b) in enumerate(zip(recorded, rerun, strict=True)):
-            diff, problem = compare_json(a, b, f"{where}[{i}]", ignored)
+            diff, problem = compare_json(a, b, f"{where}[{i}]", ignored, same_path)
             worst = max(worst, diff)
             if problem:
                 return worst, problem
         return worst, None
     if recorded == rerun:
         return 0.0, None
+    strings = isinstance(recorded, str) and isinstance(rerun, str)
+    if strings and same_path is not None and same_path(recorded, rerun):
+        return 0.0, None
     return 0.0, f"{where or 'value'}: {str(recorded)[:60]!r} vs {str(rerun)[:60]!r}"
+
+
+def _same_place(recorded_dir: Path, rerun_dir: Path, scratch: Path, run_dir: Path):
+    """Whether a relative path in a file of `recorded_dir` and one in the re-run's file of
+    `rerun_dir` name the same place, the scratch directory standing for the run directory."""
+
+    def place(path: str, folder: Path) -> str:
+        absolute = os.path.normpath(folder.absolute() / path)
+        if _is_within(absolute, str(scratch)):
+            absolute = os.path.normpath(run_dir.absolute() / os.path.relpath(absolute, scratch))
+        return absolute
+
+    def same(recorded: str, rerun: str) -> bool:
+        if not recorded or not rerun or os.path.isabs(recorded) or os.path.isabs(rerun):
+            return False
+        return place(recorded, recorded_dir) == place(rerun, rerun_dir)
+
+    return same
 
 
 def compare_output(
@@ -273,8 +303,10 @@ def compare_output(
     rerun: Path,
     shown: str,
     replacements: dict[str, str],
+    same_path: Callable[[str, str], bool] | None = None,
 ) -> OutputVerdict:
-    """One output file: the run directory's copy against the re-run's."""
+    """One output file: the run directory's copy against the re-run's (`same_path`: see
+    `compare_json`)."""
     ours = describe_path(recorded)["sha256"] if recorded.is_file() else None
     theirs = describe_path(rerun)["sha256"] if rerun.is_file() else None
     if ours is None:
@@ -300,7 +332,11 @@ def compare_output(
         ignored: set[str] = set()
         try:
             worst, problem = compare_json(
-                _json_values(a, suffix), _unmap(_json_values(b, suffix), replacements), "", ignored
+                _json_values(a, suffix),
+                _unmap(_json_values(b, suffix), replacements),
+                "",
+                ignored,
+                same_path,
             )
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             return OutputVerdict(shown, ours, theirs, DIFFERENT, f"not comparable as JSON ({e})")
@@ -392,7 +428,14 @@ def rerun_step(run_dir: Path, selector: str, scratch: Path | None = None) -> Rer
         report.status = "rerun failed"
         return report
     report.outputs = [
-        compare_output(local, sha, redone, shown, replacements)
+        compare_output(
+            local,
+            sha,
+            redone,
+            shown,
+            replacements,
+            _same_place(local.parent, redone.parent, scratch, run_dir),
+        )
         for local, sha, redone, shown in _output_files(record, scratch)
     ]
     return report

@@ -185,6 +185,25 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     )
 
 
+def recorded_path(path: str | os.PathLike, base: str | os.PathLike) -> str:
+    """`path` as a record in folder `base` stores it: relative to `base` (POSIX separators),
+    so a results folder moved or copied whole keeps its records' paths right. Both are taken
+    from the working directory when relative; the path is computed on names (symlinks are not
+    followed), as `resolve_recorded` reads it back."""
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(base))
+    return Path(relative).as_posix()
+
+
+def resolve_recorded(recorded: str | os.PathLike, base: str | os.PathLike) -> Path:
+    """The path a record in folder `base` names: a relative one is joined to `base` (as
+    `recorded_path` wrote it), an absolute one (records written before paths were relative)
+    is read as is."""
+    recorded = Path(recorded)
+    if recorded.is_absolute():
+        return recorded
+    return Path(os.path.normpath(Path(base) / recorded))
+
+
 def replace_directory(built: str | os.PathLike, target: str | os.PathLike) -> None:
     """Put the fully written directory `built` at `target`, replacing what is there with two
     renames, so readers see the old or the new directory, never a half-written one. `built`

@@ -45,7 +45,7 @@ import numpy as np
 
 from apertus.core import ApertusError
 from apertus.core.device import resolve_device
-from apertus.core.files import atomic_write_json
+from apertus.core.files import atomic_write_json, recorded_path
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config, is_integer
@@ -298,6 +298,7 @@ def trained_stream(run_dir: Path) -> tuple[Path, int]:
     the checkpoint a ``continue`` run starts from (0 otherwise) and the batch follows the run's
     ramp (`apertus.train.run_spec.RunSpec.ramp`).
     """
+    from apertus.tokenize.phases import PHASE_FILE
     from apertus.train.run_spec import load_run_spec
 
     spec_path = Path(run_dir) / "spec.json"
@@ -306,8 +307,13 @@ def trained_stream(run_dir: Path) -> tuple[Path, int]:
     spec = load_run_spec(spec_path)
     if spec.phase_dir is None:
         raise ApertusError(f"{spec_path}: not a pretraining run (it trains on {spec.sft_data})")
-    phase_dir, seq_len = Path(spec.phase_dir), spec.seq_len
-    windows = spec.ramp().sequences(spec.first_step(), spec.steps)
+    # The stage records its paths relative to the run output (apertus.train.stage); a
+    # spec.json written before held them as the trainer was given them.
+    resolved = spec.resolved(run_dir)
+    phase_dir, seq_len = Path(resolved.phase_dir), spec.seq_len
+    if not (phase_dir / PHASE_FILE).is_file() and (Path(spec.phase_dir) / PHASE_FILE).is_file():
+        phase_dir = Path(spec.phase_dir)
+    windows = spec.ramp().sequences(resolved.first_step(), spec.steps)
     return phase_dir, windows * (seq_len + 1)
 
 
@@ -517,10 +523,11 @@ def main(argv=None):
             result["goldfish"] = goldfish_record(args.runs[-1])
         # The curves plotted beside this one, kept with it (the release card reads them).
         result["compared"] = {name: _read_result(path) for name, path in compare.items()}
+        # Relative to the result's folder, as every path in a results folder's records.
         result["phases"] = [
-            {"phase": str(p), "tokens": None}
+            {"phase": recorded_path(p, args.output), "tokens": None}
             if isinstance(p, Path)
-            else {"phase": str(p[0]), "tokens": p[1]}
+            else {"phase": recorded_path(p[0], args.output), "tokens": p[1]}
             for p in phases
         ]
         args.output.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,13 @@ from typing import Any
 import yaml
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, building_directory, read_jsonl, sha256_text
+from apertus.core.files import (
+    atomic_write_json,
+    building_directory,
+    read_jsonl,
+    recorded_path,
+    sha256_text,
+)
 from apertus.core.typed import Config
 
 TEMPLATES = Path(__file__).parent / "task_templates"
@@ -448,7 +454,9 @@ def build_task_directory(
     heldout = read_heldout(heldout_dir)
     files: dict[str, str] = {}  # relative path -> text
     summary: dict[str, Any] = {
-        "heldout": str(Path(heldout_dir).absolute()),
+        # Relative to the task directory, as paths in every record of a results folder; the
+        # task YAMLs name their data files absolute, as lm-eval reads them (from any directory).
+        "heldout": recorded_path(heldout_dir, out_dir),
         "seed": seed,
         "options": {"mc": asdict(mc), "ppl": asdict(ppl)},
         "empty_documents": dict(heldout.empty_documents),

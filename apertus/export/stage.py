@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
+from apertus.core.files import resolve_recorded
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config
 from apertus.model.model import ApertusModel
@@ -98,7 +99,9 @@ class RunRecord:
 
 
 def read_run_record(run_dir: Path) -> RunRecord:
-    """``run_dir/run.json``, checked: ApertusError naming the file and the bad key."""
+    """``run_dir/run.json``, checked: ApertusError naming the file and the bad key. Its
+    ``final_checkpoint`` is relative to `run_dir` (absolute in a run.json written before paths
+    in records were relative, and read as is)."""
     path = run_dir / RUN_RECORD
     if not path.is_file():
         raise ApertusError(
@@ -122,12 +125,9 @@ def read_run_record(run_dir: Path) -> RunRecord:
         value = raw.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ApertusError(f"{path}: {key!r} must be a {kind.__name__}, got {value!r}")
-    checkpoint = Path(raw["final_checkpoint"])
-    if not checkpoint.is_absolute():
-        checkpoint = run_dir / checkpoint
     return RunRecord(
         name=raw["name"],
-        final_checkpoint=checkpoint,
+        final_checkpoint=resolve_recorded(raw["final_checkpoint"], run_dir),
         flavor=raw["flavor"],
         model_overrides=dict(raw["model_overrides"]),
         seq_len=raw["seq_len"],

@@ -18,7 +18,9 @@ The card, ``verification.json`` in the export folder::
     {"passed": true, "max_abs_diff": ..., "mean_abs_diff": ..., "tolerance": 1e-4,
      "batch": {"rows": 4, "seq_len": 256, "tokens_sha256": ..., "positions_sha256": ...,
                "segments": ..., "documents": [...]},
-     "reference": "...", "export_dtype": "float32", ...}
+     "reference": "...", "export_dtype": "float32",
+     "checkpoint": "../../pretrain/_work/phase1-<key>/ckpt/step-N",  # relative to the card
+     ...}
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 import torch
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json
+from apertus.core.files import atomic_write_json, recorded_path
 from apertus.export.hf import load_model_state
 from apertus.model.model import ApertusModel
 from apertus.model.state_dict_adapter import EXPORT_DTYPES
@@ -334,7 +336,9 @@ def verify_export(
             f"({type(theirs).__name__}, attn_implementation="
             f"{theirs.config._attn_implementation}), position_ids given, use_cache=False"
         ),
-        "checkpoint": str(Path(checkpoint).absolute()),
+        # Relative to the export folder (a sibling of the folder it is built in), as the paths
+        # of every record in a results folder are, so the folder can move.
+        "checkpoint": recorded_path(checkpoint, export_dir),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     atomic_write_json(export_dir / CARD_FILE, card)

@@ -23,7 +23,8 @@ QRPO (``apertus.posttrain.qrpo``) then regresses beta * log(pi / pi_ref) on the 
 for `epochs` passes over the completions, shuffled with `seed`, in mini-batches of
 `batch_size` completions, with AdEMAMix at a constant LR after a linear warmup and gradient
 clipping. ``--output`` receives ``run.json`` (the final checkpoint, in the trainer's DCP layout,
-so the export stage takes it unchanged), ``metrics.jsonl`` (one line per optimizer step) and
+so the export stage takes it unchanged; it and the SFT run are named relative to ``--output``,
+as in every run.json), ``metrics.jsonl`` (one line per optimizer step) and
 ``config.json``. Checkpoints live in ``--work-dir`` under a name derived from the config, the
 SFT run and the completions' hash; a re-run trains afresh.
 
@@ -67,6 +68,7 @@ from apertus.core.files import (
     atomic_write_json,
     building_directory,
     canonical_json,
+    recorded_path,
     sha256_file,
     sha256_text,
 )
@@ -583,13 +585,13 @@ def main(argv=None):
         checkpoint = save_checkpoint(model, work / "ckpt" / f"step-{final_step}")
         record = {
             "name": "qrpo",
-            "final_checkpoint": str(checkpoint.absolute()),
+            "final_checkpoint": recorded_path(checkpoint, args.output),
             "final_step": final_step,
             "final_loss": history[-1]["loss"],
             "flavor": sft.flavor,
             "model_overrides": sft.model_overrides,
             "seq_len": sft.seq_len,
-            "sft_run": str(args.sft_run.absolute()),
+            "sft_run": recorded_path(args.sft_run, args.output),
             "completions": len(completions),
             "prompts": len({c.prompt_id for c in completions}),
             "epochs": cfg.epochs,

@@ -9,7 +9,7 @@ passes, linear warmup over `warmup_ratio` of the steps then linear decay to 0, A
 alpha 8, beta3 0.999 and both warmups over all steps, no weight decay, gradient clipping, no
 Goldfish. The run is the pretraining stages' torchtitan run (`apertus.train.stage.
 train_and_record`): resumable from its last checkpoint, and its output (run.json, metrics)
-exports and evaluates like theirs.
+exports and evaluates like theirs; the paths in it are relative to the output folder, as theirs.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]
 
 def main(argv=None):
     from apertus.core.files import atomic_write_json
-    from apertus.train.stage import train_and_record
+    from apertus.train.stage import final_checkpoint, train_and_record
 
     parser = stage_parser("posttrain", __doc__.splitlines()[0])
     parser.add_argument("--sft-data", type=Path, required=True)
@@ -98,7 +98,8 @@ def main(argv=None):
         previous = json.loads((args.previous / "run.json").read_text())
     except (OSError, ValueError) as e:
         raise ApertusError(f"{args.previous / 'run.json'}: unreadable ({e})") from None
-    spec = sft_run_spec(cfg, args.sft_data, previous)
+    starting = {**previous, "final_checkpoint": str(final_checkpoint(previous, args.previous))}
+    spec = sft_run_spec(cfg, args.sft_data, starting)
     with StepRun(
         "posttrain",
         NAME,

@@ -12,8 +12,12 @@ DocumentTokenizer wrote (one directory per source), never a copy of them.
   11 bytes per document, whatever the document's length.
 - ``phase.json``: the spec, what each source holds and contributes (tokens, documents, epochs),
   its shard files with the sha256 from the source's ``checksums.json`` (of each ``.ds`` file and
-  its ``.ds.index``), and the index's sha256. Training verifies the files it reads against
-  these before its first step (`PhaseDataset.checksummed_files`).
+  its ``.ds.index``), and the index's sha256. Each source's shard directory (``dir``) is
+  recorded relative to the phase's own folder (``../../shards/web``), so a results folder moved
+  or copied whole still reads; phase.json of format 1 recorded it as given to the planner (an
+  absolute path, or one relative to the working directory), and is read that way. Training
+  verifies the files it reads against these before its first step
+  (`PhaseDataset.checksummed_files`).
   ``languages`` counts the planned documents and tokens per language, exactly, from the
   language sidecar of each shard file: per source (every language it holds, 0 where nothing
   is planned) and for the phase, each summing to the corresponding ``documents_planned`` and
@@ -90,10 +94,18 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError
-from apertus.core.files import Checksummed, atomic_open, atomic_write_json, sha256_file
+from apertus.core.files import (
+    Checksummed,
+    atomic_open,
+    atomic_write_json,
+    recorded_path,
+    resolve_recorded,
+    sha256_file,
+)
 from apertus.core.typed import is_integer
 
-PHASE_FORMAT_VERSION = 1
+# 2: sources' ``dir`` relative to the phase folder (1: as given, relative to the working directory).
+PHASE_FORMAT_VERSION = 2
 # The weight that takes every document of a source exactly once (module docstring).
 ALL = "all"
 INDEX_FILE = "index.npz"
@@ -485,7 +497,7 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
     naming the source or file for a source without a shard directory, a weighted source with no
     tokens, shards inconsistent with their checksums.json, sources tokenized with different
     vocabularies, and values that do not fit the index's integer columns. Each source's ``dir``
-    is recorded as given: a relative path is read relative to the working directory.
+    is recorded relative to `out_dir` (module docstring).
     """
     out_dir = Path(out_dir)
     where = f"phase {spec.name!r}"
@@ -546,7 +558,7 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
         source_records.append(
             {
                 "name": s,
-                "dir": str(shard_dirs[s]),
+                "dir": recorded_path(shard_dirs[s], out_dir),
                 "weight": spec.weights[s],
                 "share": float(shares[s]),
                 "tokens_available": shard.tokens,
@@ -641,7 +653,7 @@ class PhaseDataset:
             expected_sha = self.meta["index"]["sha256"]
             sources = self.meta["sources"]
             self._files: list[list[dict]] = [src["files"] for src in sources]
-            source_dirs = [Path(src["dir"]) for src in sources]
+            source_dirs = [self._source_dir(src["dir"]) for src in sources]
             names = [src["name"] for src in sources]
             tokens_planned = int(self.meta["tokens_planned"])
         except (KeyError, TypeError) as e:
@@ -686,6 +698,13 @@ class PhaseDataset:
             )
         self._token_maps: dict[tuple[int, int], np.memmap] = {}
         self._end_maps: dict[tuple[int, int], np.memmap] = {}
+
+    def _source_dir(self, recorded: str) -> Path:
+        """A source's shard directory as phase.json records it: relative to the phase folder,
+        or, in a phase.json of format 1, as the planner was given it."""
+        if self.meta.get("format_version", 1) < 2:
+            return Path(recorded)
+        return resolve_recorded(recorded, self.phase_dir)
 
     def _check_rows(self, index_path: Path) -> None:
         """Rows name listed files and documents they hold; referenced files have their sizes."""

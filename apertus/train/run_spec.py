@@ -7,7 +7,9 @@ and write it as ``spec.json``; every reader (the launcher, the torchtitan entry 
 (``lr.peak must be a number >= 0``), so a bad spec never reaches torchrun. No torch here: the
 launcher and the Snakemake side import this module.
 
-``spec.json`` (relative paths are taken from the working directory)::
+``spec.json`` (relative paths are taken from the working directory; the copy a stage leaves in
+its output folder, a record, holds them relative to that folder instead: `RunSpec.relative_to`,
+`RunSpec.resolved`)::
 
     {
       "flavor": "tiny",                       # apertus.model.flavors.FLAVORS
@@ -69,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.files import Checksummed, atomic_write_json
+from apertus.core.files import Checksummed, atomic_write_json, recorded_path, resolve_recorded
 from apertus.core.typed import build, is_integer, is_number
 from apertus.posttrain.sft_data import read_sft_record
 from apertus.tokenize.phases import PhaseDataset, read_phase_record
@@ -430,6 +432,36 @@ class RunSpec(TrainingSettings):
             checkpoint=replace(self.checkpoint, folder=str(work / "ckpt")),
             metrics_folder=str(work / "out"),
         )
+
+    def _with_paths(self, change) -> RunSpec:
+        """This spec with `change` applied to each of its paths that is set."""
+
+        def changed(value: str | None) -> str | None:
+            return None if value is None else change(value)
+
+        return replace(
+            self,
+            phase_dir=changed(self.phase_dir),
+            sft_data=changed(self.sft_data),
+            metrics_folder=changed(self.metrics_folder),
+            checkpoint=replace(
+                self.checkpoint,
+                folder=changed(self.checkpoint.folder),
+                initial=changed(self.checkpoint.initial),
+            ),
+        )
+
+    def relative_to(self, base: str | os.PathLike[str]) -> RunSpec:
+        """This spec with its paths (data, checkpoint folder and initial checkpoint, metrics
+        folder) relative to folder `base` (`apertus.core.files.recorded_path`): how the copy
+        of the spec in a stage's output folder records them, and how the stages hash them into
+        their work directory's name, so that neither changes when the results folder moves."""
+        return self._with_paths(lambda path: recorded_path(path, base))
+
+    def resolved(self, base: str | os.PathLike[str]) -> RunSpec:
+        """The spec a record in folder `base` holds (`relative_to`), with its relative paths
+        joined to `base` again."""
+        return self._with_paths(lambda path: str(resolve_recorded(path, base)))
 
     def explicit(self) -> dict[str, Any]:
         """The fields that differ from their defaults, nested parts likewise: what names this

@@ -13,6 +13,12 @@ Checkpoints live in a work directory named after everything the run depends on (
 phase index, the checkpoint it starts from): re-running a killed job resumes from its last
 checkpoint, while any change starts afresh. The declared output holds `run.json` (where the
 final checkpoint is, the last loss, the data's unigram entropy), the spec and the metrics.
+
+Paths in these records are relative to the folder that holds them (`run.json`'s
+``final_checkpoint`` is ``../_work/<name>-<key>/ckpt/step-N``, `spec.json`'s paths likewise,
+`RunSpec.relative_to`), so a results folder moved or copied whole still reads; `run.json` files
+written before held an absolute ``final_checkpoint``, which `final_checkpoint` reads as is. The
+spec handed to the trainer (``spec.json`` in the work directory) keeps the paths it runs on.
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError, codedigest
-from apertus.core.files import atomic_write_json, canonical_json, sha256_text
+from apertus.core.files import (
+    atomic_write_json,
+    canonical_json,
+    recorded_path,
+    resolve_recorded,
+    sha256_text,
+)
 from apertus.core.lifetime import exclusive_lock
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.tokenize.phases import PHASE_FILE
@@ -168,10 +180,21 @@ def work_directory(work_root: Path, name: str, spec: RunSpec, key_material: Any)
     """Where run `name` trains: a folder named after it and a hash of what it depends on (the
     spec's non-default fields, `key_material` and the trainer's code digest), so a re-run with
     the same inputs and code resumes there and any change starts afresh: a step re-run for a
-    code change never resumes from checkpoints the old code wrote."""
+    code change never resumes from checkpoints the old code wrote. The spec's paths count
+    relative to `work_root` (and `key_material` holds none but relative ones: the records of
+    the data and the previous stage, as written), so a results folder moved whole keeps its
+    work directories."""
     code = codedigest.step_code(TRAINER_MODULE, codedigest.pins_of_run())["digest"]
-    key = sha256_text(canonical_json([spec.explicit(), key_material, code]))[:16]
+    explicit = spec.relative_to(work_root).explicit()
+    key = sha256_text(canonical_json([explicit, key_material, code]))[:16]
     return work_root / f"{name}-{key}"
+
+
+def final_checkpoint(record: Mapping[str, Any], run_dir: Path) -> Path:
+    """The checkpoint a training stage's run.json (`record`, read from `run_dir`) names, as an
+    absolute path (torchtitan requires one): recorded relative to `run_dir`, or absolute in a
+    run.json written before paths were relative."""
+    return resolve_recorded(record["final_checkpoint"], run_dir).absolute()
 
 
 def train_and_record(
@@ -215,11 +238,12 @@ def train_and_record(
                 f"{work / 'ckpt'} and a re-run resumes from the last one"
             )
         final_step = max(checkpoint_steps(work / "ckpt"))
+        last_checkpoint = work / "ckpt" / f"step-{final_step}"
         metrics = read_metrics(work / "out" / "metrics.jsonl")
         last = metrics[max(metrics)]
         record = {
             "name": name,
-            "final_checkpoint": str((work / "ckpt" / f"step-{final_step}").absolute()),
+            "final_checkpoint": recorded_path(last_checkpoint, output),
             "final_step": final_step,
             "final_loss": last["loss"],
             "tokens_seen": last.get("tokens_seen"),
@@ -227,9 +251,9 @@ def train_and_record(
             "model_overrides": spec.model_overrides,
             "seq_len": spec.seq_len,
         }
-    step.outputs.append(Path(record["final_checkpoint"]))  # hashed into the manifest
+    step.outputs.append(last_checkpoint)  # hashed into the manifest
     output.mkdir(parents=True, exist_ok=True)
-    write_run_spec(output / "spec.json", spec)
+    write_run_spec(output / "spec.json", spec.relative_to(output))
     shutil.copyfile(work / "out" / "metrics.jsonl", output / "metrics.jsonl")
     return record
 
@@ -246,7 +270,12 @@ def main(argv=None):
     # (they do not concern it).
     cfg = PretrainConfig.from_dict({"long_context": [], "goldfish_control": None, **args.config})
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
-    spec = run_spec(cfg, args.name, args.phases_root, previous)
+    starting = (
+        {**previous, "final_checkpoint": str(final_checkpoint(previous, args.previous))}
+        if previous is not None
+        else None
+    )
+    spec = run_spec(cfg, args.name, args.phases_root, starting)
     assert spec.phase_dir is not None
     phase_json = Path(spec.phase_dir) / PHASE_FILE
     inputs = [Path(spec.phase_dir)] + ([args.previous] if args.previous else [])

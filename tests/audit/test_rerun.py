@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 
 import pytest
 
@@ -10,6 +11,7 @@ from apertus.audit.rerun import (
     DIFFERENT,
     IDENTICAL,
     WITHIN,
+    _same_place,
     compare_json,
     compare_output,
     rerun_step,
@@ -147,6 +149,21 @@ def test_json_comparison_tolerance_and_volatile_keys():
     assert ignored == {"created"}
     assert compare_json({"text": "a"}, {"text": "b"})[1] is not None
     assert compare_json({"flag": True}, {"flag": 1})[1] is not None
+
+
+def test_relative_paths_naming_the_same_place_are_the_same(tmp_path):
+    """Records name paths relative to their folder: a phase re-run in the scratch directory
+    names the run directory's shards by another relative path than the recorded phase.json."""
+    run, scratch = tmp_path / "results" / "run", tmp_path / "scratch"
+    recorded_dir, rerun_dir = run / "tokenize/phases/p", scratch / "tokenize/phases/p"
+    same = _same_place(recorded_dir, rerun_dir, scratch, run)
+    across = os.path.relpath(run / "tokenize/shards/web", rerun_dir)
+    assert compare_json({"dir": "../../shards/web"}, {"dir": across}, "", None, same)[1] is None
+    # What the re-run wrote under the scratch stands for the run directory.
+    assert same("../../../pretrain/_work/x", "../../../pretrain/_work/x")
+    other = compare_json({"dir": "../../shards/web"}, {"dir": "../../shards/edu"}, "", None, same)
+    assert other[1] is not None
+    assert not same("/abs/a", "/abs/b") and not same("text", "other text")
 
 
 def test_gzip_header_and_scratch_paths_do_not_count_as_differences(tmp_path):

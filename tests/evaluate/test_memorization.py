@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -415,14 +416,25 @@ def test_trained_stream_follows_the_run_spec(tmp_path):
         "checkpoint": {"initial": "/ckpt/step-3", "initial_mode": "continue"},
     }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    # Steps 3..9 of the schedule, 4 windows of 9 tokens each.
-    assert trained_stream(tmp_path) == (Path("phases/p2"), 7 * 4 * 9)
+    # Steps 3..9 of the schedule, 4 windows of 9 tokens each; the phase relative to the run.
+    assert trained_stream(tmp_path) == (tmp_path / "phases" / "p2", 7 * 4 * 9)
     spec["checkpoint"]["initial_mode"] = "weights"  # a new stage starts at its phase's start
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     assert trained_stream(tmp_path)[1] == 10 * 4 * 9
     (tmp_path / "spec.json").unlink()
     with pytest.raises(ApertusError, match=r"spec\.json: not found"):
         trained_stream(tmp_path)
+
+
+def test_trained_stream_reads_a_spec_written_before_paths_were_relative(tmp_path, monkeypatch):
+    spec = {**SPEC_REQUIRED, "phase_dir": "phases/p1", "seq_len": 8, "global_batch": 4}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spec.json").write_text(json.dumps({**spec, "steps": 2}))
+    (tmp_path / "phases" / "p1").mkdir(parents=True)
+    (tmp_path / "phases" / "p1" / "phase.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)  # the old form: relative to the directory the stage ran in
+    assert trained_stream(run) == (Path("phases/p1"), 2 * 4 * 9)
 
 
 # -- plot and entry point ------------------------------------------------------------------------
@@ -506,7 +518,8 @@ def test_entry_point_counts_what_the_runs_trained_on(world, random_model, phase,
     ]
     main([*common, "--runs", str(run)])
     result = json.loads((tmp_path / "out" / "memorization.json").read_text())
-    assert result["phases"] == [{"phase": str(phase_dir), "tokens": 60 * 2 * 16}]
+    recorded = os.path.relpath(phase_dir, tmp_path / "out")  # relative to memorization.json
+    assert result["phases"] == [{"phase": recorded, "tokens": 60 * 2 * 16}]
     expected = exposure_counts(
         [(phase_dir, 60 * 2 * 16)], world["probes_jsonl"], world["tokenizer_dir"]
     )

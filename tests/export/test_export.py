@@ -375,6 +375,9 @@ def test_verification_card_passes_and_records_the_figures(fp32_export, workspace
     assert card["batch"]["rows"] == 3 and card["batch"]["seq_len"] == 64
     assert card["batch"]["tokens_sha256"] == tensor_sha256(batch.tokens)
     assert json.loads((folder / "verification.json").read_text()) == card
+    # The checkpoint relative to the card's folder, so a results folder moves whole.
+    assert not Path(card["checkpoint"]).is_absolute()
+    assert (folder / card["checkpoint"]).resolve() == (workspace / "work/ckpt/step-7").resolve()
 
 
 def test_transformers_reads_restarting_positions_as_document_boundaries(fp32_export):

@@ -5,6 +5,7 @@ reported next to the SFT model's; both export, verify and evaluate like the base
 working chat template."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -18,7 +19,10 @@ def test_sft_starts_from_the_last_pretraining_stage_and_learns_the_completions(d
     sft = json.loads((default_run / "posttrain" / "sft" / "run.json").read_text())
     spec = json.loads((default_run / "posttrain" / "sft" / "spec.json").read_text())
     ctx = json.loads((default_run / "pretrain" / "ctx256" / "run.json").read_text())
-    assert spec["checkpoint"]["initial"] == ctx["final_checkpoint"]
+    # Each names the checkpoint relative to its own folder.
+    initial = default_run / "posttrain" / "sft" / spec["checkpoint"]["initial"]
+    final = default_run / "pretrain" / "ctx256" / ctx["final_checkpoint"]
+    assert os.path.normpath(initial) == os.path.normpath(final)
     assert spec["checkpoint"]["initial_mode"] == "weights"
     assert spec["lr"]["kind"] == "linear" and spec["goldfish"]["enabled"] is False
     metrics = read_metrics(default_run / "posttrain" / "sft" / "metrics.jsonl")

@@ -347,6 +347,8 @@ def test_entry_point_trains_and_writes_a_run_the_export_reads(tmp_path, sft_run)
         64,
     )
     assert (record["completions"], record["prompts"]) == (4, 2)
+    # Paths relative to the run.json's folder, so a results folder moves whole.
+    assert record["sft_run"] == "../sft" and record["final_checkpoint"].startswith("../work/qrpo-")
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert record["final_loss"] == metrics[-1]["loss"]

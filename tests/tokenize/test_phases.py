@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -457,6 +458,47 @@ def test_shard_dirs_override_the_recorded_location(phase, tmp_path):
     assert len(ds.document(0)) == ds._tokens[0]
 
 
+def test_a_results_folder_moved_whole_reads_the_same_tokens(tmp_path, monkeypatch):
+    # The layout of results/<run>/tokenize: shards/<source> beside phases/<phase>, planned
+    # from the repository root with paths relative to it, as the rule passes them.
+    monkeypatch.chdir(tmp_path)
+    for name, (sid, per_file, lengths) in SOURCES.items():
+        write_source(
+            tmp_path / "results" / "run" / "tokenize" / "shards" / name, sid, per_file, lengths
+        )
+    relative = Path("results", "run", "tokenize")
+    spec = PhaseSpec("p", 9_000, 21, {"web": 0.4, "edu": 0.25, "code": None})
+    record = build_phase_index(
+        spec, {n: relative / "shards" / n for n in SOURCES}, relative / "phases" / "p"
+    )
+    assert {s["dir"] for s in record["sources"]} == {f"../../shards/{n}" for n in SOURCES}
+    before = [d.tolist() for d in PhaseDataset(relative / "phases" / "p").iter_documents()]
+
+    elsewhere = tmp_path / "elsewhere" / "copy"
+    elsewhere.parent.mkdir()
+    shutil.move(tmp_path / "results" / "run", elsewhere)
+    monkeypatch.chdir(elsewhere.parent)
+    moved = PhaseDataset(Path("copy", "tokenize", "phases", "p"))
+    assert [d.tolist() for d in moved.iter_documents()] == before
+    assert all(f.path.is_file() for f in moved.checksummed_files())
+
+
+def test_a_phase_of_format_1_reads_its_dirs_as_recorded(phase, tmp_path, monkeypatch):
+    phase_dir, record, _ = phase
+    before = [d.tolist() for d in PhaseDataset(phase_dir).iter_documents()]
+    old = {
+        **record,
+        "format_version": 1,
+        "sources": [{**s, "dir": str(tmp_path / "shards" / s["name"])} for s in record["sources"]],
+    }
+    (phase_dir / "phase.json").write_text(json.dumps(old))
+    monkeypatch.chdir(tmp_path / "shards")  # an absolute dir does not depend on it
+    assert [d.tolist() for d in PhaseDataset(phase_dir).iter_documents()] == before
+    relative = {**old, "sources": [{**s, "dir": s["name"]} for s in old["sources"]]}
+    (phase_dir / "phase.json").write_text(json.dumps(relative))  # from the working directory
+    assert [d.tolist() for d in PhaseDataset(phase_dir).iter_documents()] == before
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 
@@ -558,7 +600,7 @@ def test_different_vocabularies_are_refused(shards, tmp_path):
 
 def test_shard_truncated_after_planning_is_named(phase):
     phase_dir, record, _ = phase
-    shard = Path(per_source(record)["code"]["dir"]) / "00000_shard.ds"
+    shard = phase_dir / per_source(record)["code"]["dir"] / "00000_shard.ds"
     shard.write_bytes(shard.read_bytes()[:-2])
     with pytest.raises(
         ApertusError, match=r"code/00000_shard\.ds: \d+ bytes, the phase was planned"
@@ -568,7 +610,7 @@ def test_shard_truncated_after_planning_is_named(phase):
 
 def test_shard_rewritten_with_other_boundaries_is_caught_on_read(phase):
     phase_dir, record, _ = phase
-    index = Path(per_source(record)["web"]["dir"]) / "00000_shard.ds.index"
+    index = phase_dir / per_source(record)["web"]["dir"] / "00000_shard.ds.index"
     ends = np.fromfile(index, dtype="<u8")
     ends[:-1] = np.arange(1, len(ends), dtype="<u8")  # same size, other document lengths
     ends.tofile(index)

@@ -49,12 +49,18 @@ def test_phase2_continues_phase1_and_long_context_starts_from_phase2(default_run
     assert min(metrics) == p1["final_step"] + 1
     assert ctx["final_step"] == 20 and ctx["seq_len"] == 256
     assert ctx["model_overrides"]["rope_theta"] == 1_000_000
-    for r in (p1, p2, ctx):
-        steps = checkpoint_steps(r["final_checkpoint"].rsplit("/", 1)[0])
-        assert r["final_step"] in steps
+    for stage, r in (("phase1", p1), ("phase2", p2), ("ctx256", ctx)):
+        # Relative to the run.json's folder, so the results folder can move.
+        assert r["final_checkpoint"].startswith(f"../_work/{stage}-")
+        step_dir = default_run / "pretrain" / stage / r["final_checkpoint"]
+        assert r["final_step"] in checkpoint_steps(step_dir.parent)
     manifest = json.loads((default_run / "pretrain" / "ctx256.manifest.json").read_text())
     assert manifest["inputs"][1]["path"].endswith("pretrain/phase2")
-    assert any(o["path"] == ctx["final_checkpoint"] for o in manifest["outputs"])
+    final = os.path.normpath(default_run / "pretrain" / "ctx256" / ctx["final_checkpoint"])
+    recorded = [
+        os.path.normpath(os.path.join(manifest["cwd"], o["path"])) for o in manifest["outputs"]
+    ]
+    assert final in recorded
 
 
 def test_changing_a_long_context_stage_reruns_only_it(default_run, tmp_path):
@@ -107,7 +113,9 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     checkpoint = json.loads((default_run / "pretrain" / "phase1" / "spec.json").read_text())[
         "checkpoint"
     ]
-    interval, default_ckpt = checkpoint["interval"], Path(checkpoint["folder"])
+    # spec.json in the output holds its paths relative to its folder (RunSpec.relative_to).
+    interval = checkpoint["interval"]
+    default_ckpt = default_run / "pretrain" / "phase1" / checkpoint["folder"]
     # Ctrl-C after the checkpoint two intervals before the last one, which leaves the time
     # `apertus status` takes to run before phase 1 ends.
     last_interval = (final - 1) // interval * interval
@@ -179,7 +187,8 @@ def phase1_work_dir(default_run: Path, run_dir: Path) -> Path:
     """Where phase 1 of `run_dir` (a copy of the default run's upstream stages) trains: the
     stage names its work directory after the run spec, which holds the phase's path, and the
     phase's phase.json (apertus.train.stage.train_and_record)."""
-    spec = load_run_spec(default_run / "pretrain" / "phase1" / "spec.json")
+    output = default_run / "pretrain" / "phase1"
+    spec = load_run_spec(output / "spec.json").resolved(output)
     phase_dir = run_dir / "tokenize" / "phases" / "phase1"
     moved = dataclasses.replace(spec, phase_dir=str(phase_dir))
     key_material = [(phase_dir / PHASE_FILE).read_text(), None]  # no previous stage

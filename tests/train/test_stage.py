@@ -1,18 +1,30 @@
 """How the pretraining stage turns the config into torchtitan runs: steps per phase, one WSD
 schedule over the phases, long-context stages from the previous weights, the unigram entropy."""
 
+import json
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from apertus.core import ApertusError
 from apertus.core.config import load_config
-from apertus.tokenize.phases import PhaseDataset
+from apertus.core.files import recorded_path
+from apertus.export.stage import read_run_record
+from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
 from apertus.train.config import PretrainConfig
-from apertus.train.run_spec import BatchRampSpec, CheckpointSpec, LRSpec
+from apertus.train.run_spec import BatchRampSpec, CheckpointSpec, LRSpec, RunSpec
 from apertus.train.schedule import BatchRamp
-from apertus.train.stage import cooldown_steps, phase_steps, run_spec, unigram_entropy
+from apertus.train.stage import (
+    cooldown_steps,
+    final_checkpoint,
+    phase_steps,
+    run_spec,
+    unigram_entropy,
+    work_directory,
+)
 from tests.train.test_torchtitan import build_phase
 
 
@@ -20,9 +32,15 @@ from tests.train.test_torchtitan import build_phase
 def phases(tmp_path_factory):
     root = tmp_path_factory.mktemp("phases")
     for name, docs in (("phase1", 300), ("phase2", 200)):
-        phase = build_phase(root / name, n_docs=docs)
-        (root / "phases").mkdir(exist_ok=True)
-        phase.rename(root / "phases" / name)
+        # build_phase's data, planned where the stage looks for the phase (a phase records its
+        # shards relative to itself: it moves with them, not alone).
+        built = build_phase(root / name, n_docs=docs)
+        spec = json.loads((built / "phase.json").read_text())
+        build_phase_index(
+            PhaseSpec(name, spec["budget"], spec["seed"], {"web": None}),
+            {"web": root / name / "shards" / "web"},
+            root / "phases" / name,
+        )
     return root / "phases"
 
 
@@ -90,3 +108,76 @@ def test_cooldown_covers_the_last_share_of_tokens():
         15 * 10**12 // 4096 - ramp.sequences(0, ramp.switch_step), ramp.switch_step
     )
     assert cooldown_steps(ramp, total, 1.65 / 15) == pytest.approx(1.65e12 / (2048 * 4096), abs=1)
+
+
+# -- a results folder moved whole ----------------------------------------------------------------
+
+
+def test_run_json_names_its_checkpoint_relative_to_itself(tmp_path):
+    """run.json records ``final_checkpoint`` relative to its folder (train_and_record): the next
+    stage, SFT and the export find the checkpoint after the results folder moved, and a run.json
+    written before, with an absolute path, still reads."""
+    run = tmp_path / "results" / "run"
+    (run / "pretrain" / "_work" / "phase1-0123" / "ckpt" / "step-5").mkdir(parents=True)
+    checkpoint = run / "pretrain" / "_work" / "phase1-0123" / "ckpt" / "step-5"
+    output = run / "pretrain" / "phase1"
+    output.mkdir()
+    record = {
+        "name": "phase1",
+        "final_checkpoint": recorded_path(checkpoint, output),
+        "flavor": "debug",
+        "model_overrides": {},
+        "seq_len": 16,
+    }
+    assert record["final_checkpoint"] == "../_work/phase1-0123/ckpt/step-5"
+    (output / "run.json").write_text(json.dumps(record))
+
+    moved = tmp_path / "elsewhere"
+    shutil.move(run, moved)
+    output = moved / "pretrain" / "phase1"
+    record = json.loads((output / "run.json").read_text())
+    expected = (moved / "pretrain" / "_work" / "phase1-0123" / "ckpt" / "step-5").absolute()
+    assert final_checkpoint(record, output) == expected and expected.is_dir()
+    assert read_run_record(output).final_checkpoint.resolve() == expected.resolve()
+    old = {**record, "final_checkpoint": "/old/results/run/ckpt/step-5"}
+    assert final_checkpoint(old, output) == Path("/old/results/run/ckpt/step-5")
+
+
+def test_the_next_stage_starts_from_the_checkpoint_in_the_moved_folder(phases, tmp_path):
+    typed = PretrainConfig.from_dict(load_config()["pretrain"])
+    output = tmp_path / "pretrain" / "phase1"
+    output.mkdir(parents=True)
+    record = {"final_checkpoint": "../_work/phase1-0123/ckpt/step-1"}
+    previous = {**record, "final_checkpoint": str(final_checkpoint(record, output))}
+    second = run_spec(typed, "phase2", phases, previous)
+    assert Path(second.checkpoint.initial).is_absolute()
+    assert second.checkpoint.initial == str(
+        (tmp_path / "pretrain" / "_work" / "phase1-0123" / "ckpt" / "step-1").absolute()
+    )
+
+
+def test_the_work_directory_does_not_change_when_the_results_folder_moves(tmp_path):
+    """Its key holds the spec's paths relative to the work root, and the records of the data
+    and the previous stage as written (their paths relative to themselves)."""
+    names = []
+    for root in (tmp_path / "a" / "run", tmp_path / "b" / "moved"):
+        spec = RunSpec(
+            flavor="debug",
+            micro_batch=2,
+            seq_len=16,
+            global_batch=4,
+            steps=10,
+            lr=LRSpec(peak=1e-3),
+            phase_dir=str(root / "tokenize" / "phases" / "phase2"),
+            checkpoint=CheckpointSpec(
+                initial=str(root / "pretrain" / "_work" / "phase1-0123" / "ckpt" / "step-1")
+            ),
+        )
+        material = ['{"sources": [{"dir": "../../shards/web"}]}', {"final_checkpoint": "x"}]
+        work = work_directory(root / "pretrain" / "_work", "phase2", spec, material)
+        assert work.parent == root / "pretrain" / "_work"
+        names.append(work.name)
+        recorded = spec.relative_to(root / "pretrain" / "phase2")
+        assert recorded.phase_dir == "../../tokenize/phases/phase2"
+        assert recorded.resolved(root / "pretrain" / "phase2") == spec
+    assert names[0] == names[1]
