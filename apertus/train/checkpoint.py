@@ -1,6 +1,8 @@
-"""Checkpoints: torchtitan's DCP `CheckpointManager` that refuses to write NaN/inf weights, so the
-last checkpoint on disk is always a good one, can save on demand (the early stop), and resumes
-from the newest checkpoint that loads, setting a corrupt newer one aside.
+"""Checkpoints: torchtitan's DCP `CheckpointManager` that refuses to write NaN/inf weights, so no
+checkpoint on disk holds them, can save on demand (the early stop), and resumes from the newest
+checkpoint that loads, setting a corrupt newer one aside. Finite is not sane: weights blowing up
+before the NaN are saved; after a divergence the launcher judges the checkpoints by their losses
+(`apertus.train.launch.checkpoint_health`).
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apertus.core import ApertusError
 from apertus.core.typed import Config
 from apertus.train.run_spec import BatchRampSpec, TrainingSettings
 
-__all__ = ["LongContextStage", "PretrainConfig", "PretrainLR"]
+__all__ = ["LongContextStage", "PretrainConfig", "PretrainLR", "PretrainRestart"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,21 @@ class LongContextStage(Config, key="pretrain.long_context[]"):
     """Nodes of this stage's job; None: ``pretrain.nnodes`` (the schema gives no default)."""
 
 
+@dataclass(frozen=True)
+class PretrainRestart(Config, key="pretrain.restart"):
+    """A diverged stage taken up again from one of its own checkpoints (README, Troubleshooting,
+    "training diverged"): the weights, AdEMAMix state, step count and data position of
+    `checkpoint`, the LR schedule with the peak `lr`, in a new work directory (its key holds
+    the checkpoint and the LR) whose manifest records both (``restarted_from``)."""
+
+    stage: str
+    checkpoint: str
+    """A ``step-N`` checkpoint of that stage (the launcher names the last sane one)."""
+    lr: float | None = None
+    """The peak LR from the restart on: of this stage and, for a phase, of the phases after it
+    (one WSD schedule); a long-context stage's own ``lr``. None: the configured one."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     """The ``pretrain:`` section (config/README.md): the settings every stage's run spec takes
@@ -62,3 +78,17 @@ class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     long_context: tuple[LongContextStage, ...]
     goldfish_control: str | None = None
     """A phase trained a second time without Goldfish (`apertus.train.plan`); None: none."""
+    restart: PretrainRestart | None = None
+    """A diverged stage restarted from one of its checkpoints with a new LR; None: none."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.restart is None:
+            return
+        # The Goldfish control is not restarted: it repeats its phase's run as configured.
+        names = [*self.phases, *(stage.name for stage in self.long_context)]
+        if self.restart.stage not in names:
+            raise ApertusError(
+                f"pretrain.restart.stage {self.restart.stage!r} is not a pretraining phase or "
+                f"long-context stage ({', '.join(names)})"
+            )

@@ -14,21 +14,28 @@ resumes from the run's last checkpoint.
 
 A diverged run stops: torchtitan raises on a non-finite loss, `ApertusMetrics` on a non-finite
 gradient norm, and `FiniteCheckpointManager` refuses to write non-finite weights, all before the
-step's checkpoint. The launcher recognises these failures in the output and names the last
-checkpoint on disk, which is intact and holds the weights of a finite step.
+step's checkpoint. The launcher recognises these failures in the output and judges the
+checkpoints on disk by the losses in ``metrics.jsonl`` (`checkpoint_health`): finite weights can
+still be diverged ones (a loss climbing for steps before it turns NaN). It says whether the last
+checkpoint is sane, names the last sane one, and prints the config lines that restart the stage
+from it with a lower LR (`pretrain.restart`; a new LR alone starts the stage afresh).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from apertus.core import ApertusError
@@ -38,6 +45,7 @@ from apertus.core.stage import free_space
 from apertus.train.early_stop import STOP_AT_ENV, STOPPED_FILE
 from apertus.train.run_spec import (
     SPEC_ENV,
+    RunSpec,
     checkpoint_steps,
     data_files,
     load_run_spec,
@@ -45,7 +53,16 @@ from apertus.train.run_spec import (
 )
 from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
 
-__all__ = ["STOPPED", "main", "run", "torchrun_command"]
+__all__ = [
+    "DIVERGED",
+    "STOPPED",
+    "CheckpointHealth",
+    "checkpoint_health",
+    "main",
+    "run",
+    "sane_losses",
+    "torchrun_command",
+]
 
 # Messages the trainer raises when training diverges (torchtitan's Trainer.train_step, then
 # ours in apertus.train.metrics and apertus.train.checkpoint).
@@ -59,6 +76,9 @@ DIVERGENCE_MARKERS = (
 # Exit code of a run that stopped before its last step (a signal or the SLURM time limit) after
 # saving a checkpoint: EX_TEMPFAIL, "try again"; a rerun resumes.
 STOPPED = 75
+# Exit code of a run that diverged (the launcher has said which checkpoint is sane and how to
+# restart from it): a rerun would resume from the last checkpoint and diverge again.
+DIVERGED = 3
 STOP_BEFORE_ENV = "APERTUS_STOP_BEFORE_MINUTES"
 VERIFIED_FILE = "verified-data.json"
 """Beside a run's checkpoint folder: the data files found good, by size, mtime, ctime, inode."""
@@ -98,6 +118,153 @@ def torchrun_command(
         "from_spec",
         *extra_args,
     ]
+
+
+SANE_MARGIN = 0.10
+"""How far above the running median of the sane losses before it a logged loss may be and still
+count as sane (`sane_losses`): the step-to-step noise of a healthy run's loss stays well inside
+10%, a loss climbing towards NaN leaves it."""
+
+
+def sane_losses(losses: Mapping[int, float]) -> dict[int, tuple[bool, float | None]]:
+    """Each logged loss (step -> loss) judged: step -> (sane, the median it was held to). A loss
+    is sane when it is finite and at most `SANE_MARGIN` above the median of the sane losses
+    logged before it (the first finite one is). Only sane losses enter the median, so neither a
+    spike nor a dead model's flat loss after it (ln V, every later step) raises the bar; a run
+    that recovers from a spike is sane again."""
+    # The running median of the sane losses: a max-heap of the lower half (negated), a
+    # min-heap of the upper half, the lower one as long or one longer.
+    lower: list[float] = []
+    upper: list[float] = []
+    judged: dict[int, tuple[bool, float | None]] = {}
+    for step in sorted(losses):
+        loss = losses[step]
+        if not lower:
+            median = None
+        elif len(lower) > len(upper):
+            median = -lower[0]
+        else:
+            median = (upper[0] - lower[0]) / 2
+        sane = math.isfinite(loss) and (median is None or loss <= (1 + SANE_MARGIN) * median)
+        judged[step] = (sane, median)
+        if sane:
+            heapq.heappush(lower, -heapq.heappushpop(upper, loss))
+            if len(lower) > len(upper) + 1:
+                heapq.heappush(upper, -heapq.heappop(lower))
+    return judged
+
+
+@dataclass(frozen=True)
+class CheckpointHealth:
+    """One checkpoint judged by the logged losses: `loss` is the loss its weights gave, which is
+    the loss logged at the next step (step N's loss is computed before step N's update, on the
+    weights of step N - 1); `median` the median of the sane losses logged up to its step."""
+
+    step: int
+    path: Path
+    loss: float | None
+    median: float | None
+    sane: bool
+    """`loss` is a sane loss (`sane_losses`); unknown (no next step logged) is not."""
+
+    def describe(self) -> str:
+        """Its evidence in words."""
+        if self.loss is None:
+            return f"no loss was logged on its weights (step {self.step + 1})"
+        said = f"its weights gave a loss of {self.loss:.4g} at step {self.step + 1}"
+        if self.median is None:
+            return said + " (no loss logged before it to compare)"
+        return f"{said}, the running median of the sane losses up to it was {self.median:.4g}"
+
+
+def checkpoint_health(
+    checkpoints: Mapping[int, Path], losses: Mapping[int, float]
+) -> list[CheckpointHealth]:
+    """Each checkpoint (step -> ``step-N``) judged by the logged `losses` (step -> loss), in
+    step order (`CheckpointHealth`)."""
+    judged = sane_losses(losses)
+    health = []
+    for step, path in sorted(checkpoints.items()):
+        sane, median = judged.get(step + 1, (False, None))
+        health.append(CheckpointHealth(step, path, losses.get(step + 1), median, sane))
+    return health
+
+
+def _diverged_step(divergence: str) -> int | None:
+    """The step a divergence message names (``at step N``, ``checkpoint of step N``)."""
+    found = re.search(r"(?:at|of) step (\d+)", divergence)
+    return int(found.group(1)) if found else None
+
+
+def _divergence_report(spec: RunSpec, divergence: str, checkpoints: Mapping[int, Path]) -> str:
+    """What the launcher says when a run diverged: whether its last checkpoint is sane, the last
+    sane one, and how to restart from it with a lower LR."""
+    from apertus.train.metrics import read_metrics, run_name
+
+    metrics_file = Path(spec.metrics_folder or ".").absolute() / "metrics.jsonl"
+    records = read_metrics(metrics_file) if metrics_file.is_file() else {}
+    # Only this run's losses before the failure: a resumed run's metrics.jsonl may still hold
+    # later steps of an earlier attempt. The failed step's loss is logged when its weights
+    # were refused at the checkpoint, not when the loss or the gradient was not finite.
+    diverged_at = _diverged_step(divergence)
+    if diverged_at is not None and not divergence.startswith("Weights are not finite"):
+        diverged_at -= 1
+    losses = {
+        step: float(record["loss"])
+        for step, record in records.items()
+        if "loss" in record and (diverged_at is None or step <= diverged_at)
+    }
+    judged = checkpoint_health(checkpoints, losses)
+    rule = f"a loss at most {SANE_MARGIN:.0%} above the running median of the sane ones"
+    if not judged:
+        said = "No checkpoint was written before it."
+    else:
+        last = judged[-1]
+        state = "sane" if last.sane else "diverged"
+        said = f"The last checkpoint, {last.path} (step {last.step}), is {state}: "
+        said += f"{last.describe()}."
+    sane = [health for health in judged if health.sane]
+    if judged and not judged[-1].sane:
+        if sane:
+            said += (
+                f" The last sane checkpoint ({rule}) is {sane[-1].path} (step {sane[-1].step}): "
+                f"{sane[-1].describe()}."
+            )
+        else:
+            said += f" No checkpoint on disk is sane ({rule})"
+            if spec.checkpoint.keep_latest:
+                said += f"; only the last {spec.checkpoint.keep_latest} are kept (keep_latest)"
+            said += "."
+    new_lr = f"{spec.lr.peak / 2:.2e}"
+    if not sane:
+        return f"{said} Start it over with a lower LR (e.g. {new_lr}, half of {spec.lr.peak:.2e})."
+    start = sane[-1]
+    work = Path(spec.checkpoint.folder or ".").absolute().parent
+    name = run_name(work / "out")
+    if spec.sft_data is None and name != work.name:
+        # A pretraining stage's work directory (apertus.train.stage): its config switch.
+        how = "\n".join(
+            [
+                "To restart the stage from it with a lower LR, add to your config file (a new "
+                "lr.peak alone would start it over in a new work folder):",
+                "  pretrain:",
+                "    restart:",
+                f"      stage: {name}",
+                f"      checkpoint: {start.path}",
+                f"      lr: {new_lr}  # half of this run's peak {spec.lr.peak:.2e}",
+                f"and run again: it continues from step {start.step + 1} with that checkpoint's "
+                "optimizer state and data position, in a new work folder (README: "
+                'Troubleshooting, "training diverged").',
+            ]
+        )
+    else:
+        how = (
+            f"To restart from it with a lower LR, write a run spec with a new checkpoint.folder, "
+            f'checkpoint.initial "{start.path}", checkpoint.initial_mode "restart" and a lower '
+            f"lr.peak (e.g. {new_lr}): it continues from step {start.step + 1} with that "
+            "checkpoint's optimizer state and data position."
+        )
+    return f"{said}\n{how}"
 
 
 def _divergence_message(line: str) -> str | None:
@@ -167,8 +334,9 @@ def run(
     nnodes: int = 1,
 ) -> int:
     """Run the trainer on `nproc` processes on each of `nnodes` nodes; returns torchrun's exit
-    code, or `STOPPED` when training stopped early with a checkpoint (then, in a SLURM job,
-    the job is requeued).
+    code, `STOPPED` when training stopped early with a checkpoint (then, in a SLURM job,
+    the job is requeued), or `DIVERGED` when it diverged (after saying which checkpoint is sane
+    and how to restart from it).
 
     Outside SLURM, torchrun runs standalone on this machine (`nnodes` must be 1). Inside a
     SLURM job, one srun task per node runs torchrun (apertus.train.slurm), and the trainer
@@ -283,11 +451,9 @@ def run(
         return STOPPED
     if returncode != 0:
         if divergence is not None:
-            _say(
-                f"training stopped because it diverged: {divergence} "
-                f"The last checkpoint, {last}, is intact; fix the cause (e.g. a lower LR) and "
-                "rerun to resume from it."
-            )
+            report = _divergence_report(spec, divergence, steps)
+            _say(f"training stopped because it diverged: {divergence} {report}")
+            returncode = DIVERGED
         elif (failure := _machine_failure(tail, work, last)) is not None:
             _say(f"error: {failure}")
         else:

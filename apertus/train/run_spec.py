@@ -44,7 +44,9 @@ BF16 with fp32 master weights). `device` "auto" takes CUDA when present. `checkp
 starts a new stage: the weights of that checkpoint (a ``step-N`` directory, or a checkpoint folder
 whose last step is taken) with a fresh optimizer, data position and schedule (``initial_mode:
 weights``, the long-context stages and SFT), or the previous run's optimizer, schedule and step
-count with fresh data (``continue``, the next pretraining phase); it is ignored once the run's own
+count with fresh data (``continue``, the next pretraining phase), or everything, the data position
+included, with this spec's LR (``restart``: a diverged run taken up again from one of its own
+checkpoints with a lower LR, `pretrain.restart` in the config); it is ignored once the run's own
 folder holds a checkpoint, so a restarted stage resumes from its own last step. `tensor_parallel`
 splits every block over that many ranks (`apertus.model.parallelize.apply_tensor_parallel`; heads,
 kv heads, MLP hidden units and vocabulary must divide by it); the world_size / tensor_parallel
@@ -210,7 +212,9 @@ class CheckpointSpec:
     initial_mode: str = "weights"
     """With `initial`: "weights" starts a new stage (fresh optimizer, schedule and data; the
     long-context stages, SFT), "continue" carries on the previous run's optimizer, schedule and
-    step count with fresh data (the next pretraining phase)."""
+    step count with fresh data (the next pretraining phase), "restart" all of it, the data
+    position included, under this spec's LR schedule (a diverged run taken up again from one of
+    its own checkpoints, on the same data, with a lower LR: `pretrain.restart`)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -230,8 +234,9 @@ class CheckpointSpec:
             "checkpoint.initial must be a path or null",
         )
         _check(
-            self.initial_mode in ("weights", "continue"),
-            f"checkpoint.initial_mode must be 'weights' or 'continue', got {self.initial_mode!r}",
+            self.initial_mode in ("weights", "continue", "restart"),
+            "checkpoint.initial_mode must be 'weights', 'continue' or 'restart', got "
+            f"{self.initial_mode!r}",
         )
 
 
@@ -414,11 +419,12 @@ class RunSpec(TrainingSettings):
         return batch_ramp(self.batch_ramp, seq_len=self.seq_len, global_batch=self.global_batch)
 
     def first_step(self) -> int:
-        """The step this run starts after: a continued run (``initial_mode: continue``) starts
-        at its initial checkpoint's step (read from the ``step-N`` name; a checkpoint folder is
-        resolved to its last step), any other run at 0."""
+        """The step this run starts after: a continued or restarted run (``initial_mode:
+        continue`` or ``restart``) starts at its initial checkpoint's step (read from the
+        ``step-N`` name; a checkpoint folder is resolved to its last step), any other run at
+        0."""
         ckpt = self.checkpoint
-        if ckpt.initial is None or ckpt.initial_mode != "continue":
+        if ckpt.initial is None or ckpt.initial_mode == "weights":
             return 0
         match = _STEP_DIR.match(Path(ckpt.initial).name)
         if match is None:
@@ -645,7 +651,9 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     `tensor_parallel` > 1.
 
     A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
-    its own data from the start, so it needs windows for the steps after that one only.
+    its own data from the start, so it needs windows for the steps after that one only. A
+    restarted one (``restart``) takes up the checkpoint's data position in the same phase,
+    checked here only for the steps left (its loader refuses another phase's position).
     """
     for key, value in (
         ("checkpoint.folder", spec.checkpoint.folder),
@@ -698,7 +706,8 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     first_step = spec.first_step()
     if first_step >= spec.steps:
         raise ApertusError(
-            f"steps {spec.steps} must exceed the continued checkpoint's step {first_step}"
+            f"steps {spec.steps} must exceed the step of the checkpoint it "
+            f"{spec.checkpoint.initial_mode}s from, {first_step}"
         )
     needed = ramp.sequences(first_step, spec.steps)
     if sft is not None:

@@ -115,8 +115,12 @@ def run_spec(
     stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s."""
     stage = planned_stage(cfg, name)
     if stage.kind == "control":
-        # Its phase's run, Goldfish off (apertus.train.plan): same start, data and schedule.
-        spec = run_spec(cfg, name.removesuffix(CONTROL_SUFFIX), phases_root, previous)
+        # Its phase's run, Goldfish off (apertus.train.plan): same start, data and schedule;
+        # a restart of that phase is the phase's own.
+        phase = name.removesuffix(CONTROL_SUFFIX)
+        if cfg.restart is not None and cfg.restart.stage == phase:
+            cfg = dataclasses.replace(cfg, restart=None)
+        spec = run_spec(cfg, phase, phases_root, previous)
         return dataclasses.replace(spec, goldfish=dataclasses.replace(spec.goldfish, enabled=False))
     if stage.previous is not None and previous is None:
         kind = "long-context stage" if stage.kind == "long_context" else "phase"
@@ -129,7 +133,24 @@ def run_spec(
         initial=previous["final_checkpoint"] if stage.previous is not None else None,
         initial_mode="continue" if stage.start == "continue" else "weights",
     )
+    restart = cfg.restart
+    if restart is not None and restart.stage == name:
+        # Everything of its own checkpoint (`initial_mode: restart`); the key of the work
+        # directory holds the checkpoint and the new LR, so this is a new run.
+        checkpoint = dataclasses.replace(
+            checkpoint,
+            initial=str(Path(restart.checkpoint).absolute()),
+            initial_mode="restart",
+        )
     if stage.kind == "phase":
+        if (
+            restart is not None
+            and restart.lr is not None
+            and restart.stage in cfg.phases
+            and cfg.phases.index(name) >= cfg.phases.index(restart.stage)
+        ):
+            # One WSD schedule: the new peak from the restarted phase on.
+            cfg = dataclasses.replace(cfg, lr=dataclasses.replace(cfg.lr, peak=restart.lr))
         # One WSD schedule over all phases; each phase adds its steps to the count.
         ramp = batch_ramp(cfg.batch_ramp, seq_len=cfg.seq_len, global_batch=cfg.global_batch)
         steps: list[int] = []
@@ -156,6 +177,8 @@ def run_spec(
             checkpoint=checkpoint,
         )
     long = next(s for s in cfg.long_context if s.name == name)
+    if restart is not None and restart.stage == name and restart.lr is not None:
+        long = dataclasses.replace(long, lr=restart.lr)
     return RunSpec(
         **{**shared, "micro_batch": math.gcd(cfg.micro_batch, long.global_batch)},
         tensorboard=True,
@@ -213,7 +236,7 @@ def train_and_record(
     checkpoint when one is there; then write `output/` (run.json, spec.json, metrics.jsonl)
     and return the run record. Shared by every training stage (pretraining phases, long
     context, SFT), so each is resumable the same way and exported the same way."""
-    from apertus.train.launch import STOPPED, run
+    from apertus.train.launch import DIVERGED, STOPPED, run
     from apertus.train.metrics import read_metrics
 
     work = work_directory(work_root, name, spec, key_material)
@@ -231,6 +254,12 @@ def train_and_record(
             raise ApertusError(
                 f"training of {name} stopped early with a checkpoint in {work / 'ckpt'} (a signal, "
                 "or its SLURM time limit ahead); a re-run resumes from it"
+            )
+        if code == DIVERGED:
+            raise ApertusError(
+                f"training of {name} diverged; the lines above name its last sane checkpoint and "
+                "the config lines that restart it from there with a lower LR (README: "
+                'Troubleshooting, "training diverged"); a plain re-run would diverge again'
             )
         if code != 0:
             raise ApertusError(
@@ -267,8 +296,12 @@ def main(argv=None):
     parser.add_argument("--work-root", type=Path, required=True)
     args = parser.parse_args(argv)
     # A phase's rule passes every key but the long-context stages and the Goldfish control
-    # (they do not concern it).
-    cfg = PretrainConfig.from_dict({"long_context": [], "goldfish_control": None, **args.config})
+    # (they do not concern it), nor does a restart of a long-context stage.
+    config = {"long_context": [], "goldfish_control": None, **args.config}
+    restart = config.get("restart")
+    if restart and "long_context" not in args.config and restart["stage"] not in config["phases"]:
+        config["restart"] = None
+    cfg = PretrainConfig.from_dict(config)
     previous = json.loads((args.previous / "run.json").read_text()) if args.previous else None
     starting = (
         {**previous, "final_checkpoint": str(final_checkpoint(previous, args.previous))}
@@ -288,6 +321,12 @@ def main(argv=None):
         manifest=args.manifest,
         seed=cfg.seed,
     ) as step:
+        if spec.checkpoint.initial_mode == "restart" and cfg.restart is not None:
+            step.summary["restarted_from"] = {
+                "checkpoint": cfg.restart.checkpoint,
+                "step": spec.first_step(),
+                "lr": spec.lr.peak,
+            }
         record = train_and_record(
             step,
             spec,

@@ -36,7 +36,7 @@ from apertus.train.config_registry import trainer_config
 from apertus.train.dataloader import PhaseDataLoader
 from apertus.train.early_stop import STOP_AT_ENV
 from apertus.train.goldfish import goldfish_mask
-from apertus.train.launch import STOPPED, _divergence_message, torchrun_command
+from apertus.train.launch import DIVERGED, STOPPED, _divergence_message, torchrun_command
 from apertus.train.lr_scheduler import RecipeLRSchedulers
 from apertus.train.metrics import read_metrics
 from apertus.train.optimizer import AdEMAMixOptimizers, ademamix_optimizer
@@ -653,27 +653,95 @@ def test_a_full_disk_is_named_with_the_free_space_and_the_checkpoint_to_resume_f
 
 
 @pytest.mark.slow
-def test_divergence_stops_the_run_and_keeps_the_last_checkpoint(one_process_run, phase, tmp_path):
-    """Resumed at step 10 with an infinite LR, the weights blow up at step 11 and the loss of
-    step 12 is NaN: the run stops with a clear message, writes no checkpoint of a bad step,
-    and leaves the step-10 checkpoint byte for byte as it was."""
-    directory = tmp_path / "nan"
-    (directory / "ckpt").mkdir(parents=True)
-    source = one_process_run[0] / "ckpt" / "step-10"
-    target = directory / "ckpt" / "step-10"
-    target.mkdir()
-    for f in source.iterdir():
-        (target / f.name).write_bytes(f.read_bytes())
+def test_divergence_stops_the_run_and_names_the_last_sane_checkpoint(
+    one_process_run, phase, tmp_path
+):
+    """Resumed at step 20 with an LR of 100 and a checkpoint every step: the loss leaps from
+    2.7 to ~1e5 at step 22, the weights stay finite (huge) for a few checkpoints, then the
+    gradient norm is NaN. The run stops with a clear message, writes no checkpoint of the NaN
+    step, calls its last checkpoint diverged (finite weights, a loss far above the running
+    median of the sane ones), names step 20 as the last sane one, left byte for byte as it was,
+    and prints the config lines that restart the stage from it with a lower LR."""
+    directory = tmp_path / "phase1-0123456789abcdef"  # a stage's kind of work folder
+    source = one_process_run[0]
+    target = directory / "ckpt" / "step-20"
+    shutil.copytree(source / "ckpt" / "step-20", target)
+    (directory / "out").mkdir()
+    logged = (source / "out" / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (directory / "out" / "metrics.jsonl").write_text("".join(logged[:20]))  # steps 1-20
     before = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in target.iterdir()}
-    spec = write_spec(directory, phase, lr={"kind": "constant", "peak": math.inf})
+    spec = write_spec(
+        directory,
+        phase,
+        lr={"kind": "constant", "peak": 100.0},
+        checkpoint={"folder": str(directory / "ckpt"), "interval": 1},
+    )
     proc = launch(spec, 1)
-    assert proc.returncode != 0
-    assert "Loss is not finite (global_avg_loss=nan) at step 12" in proc.stdout
-    assert "training stopped because it diverged: Loss is not finite" in proc.stderr
-    assert f"The last checkpoint, {target} (step 10), is intact" in proc.stderr
-    assert sorted(checkpoint_steps(directory / "ckpt")) == [10]
+    assert proc.returncode == DIVERGED
+    metrics = read_metrics(directory / "out" / "metrics.jsonl")
+    assert metrics[21]["loss"] == read_metrics(source / "out" / "metrics.jsonl")[21]["loss"]
+    assert metrics[22]["loss"] > 1000  # the first step at LR 100
+    failed = max(metrics) + 1
+    assert f"Gradient norm is not finite (grad_norm=nan) at step {failed}" in proc.stdout
+    assert "training stopped because it diverged: Gradient norm is not finite" in proc.stderr
+    steps = sorted(checkpoint_steps(directory / "ckpt"))
+    assert steps == list(range(20, failed))  # finite weights, saved; the NaN step is not
+    last = directory / "ckpt" / f"step-{failed - 1}"
+    assert f"The last checkpoint, {last} (step {failed - 1}), is diverged" in proc.stderr
+    assert (
+        "The last sane checkpoint (a loss at most 10% above the running median of the sane "
+        f"ones) is {target} (step 20): its weights gave a loss of {metrics[21]['loss']:.4g} at "
+        "step 21" in proc.stderr
+    )
+    assert (
+        f"  pretrain:\n    restart:\n      stage: phase1\n      checkpoint: {target}\n"
+        "      lr: 5.00e+01  # half of this run's peak 1.00e+02\n"
+        "and run again: it continues from step 21" in proc.stderr
+    )
     after = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in target.iterdir()}
     assert after == before
+
+
+@pytest.mark.slow
+def test_restart_from_a_checkpoint_with_a_new_lr_continues_its_step_optimizer_and_data(
+    one_process_run, phase, tmp_path
+):
+    """``initial_mode: restart`` (what `pretrain.restart` sets): a new run from step 20 of the
+    uninterrupted run, at a third of its peak LR. It starts at step 21 with the checkpoint's
+    weights, AdEMAMix state and data position (the uninterrupted run's batches of steps 21-24,
+    its very loss at step 21), under the new LR from there on."""
+    source = one_process_run[0]
+    horizon = {**RUN["lr"], "total_steps": 30}
+    spec = write_spec(
+        tmp_path / "restarted",
+        phase,
+        steps=24,
+        lr={**horizon, "peak": 1e-3},
+        checkpoint={
+            "folder": str(tmp_path / "restarted" / "ckpt"),
+            "interval": 10,
+            "initial": str(source / "ckpt" / "step-20"),
+            "initial_mode": "restart",
+        },
+    )
+    proc = run_ok(spec, 1)
+    assert "Training starts at step 21" in proc.stdout
+    ours = read_metrics(tmp_path / "restarted" / "out" / "metrics.jsonl")
+    theirs = read_metrics(source / "out" / "metrics.jsonl")
+    assert sorted(ours) == [21, 22, 23, 24]
+    assert ours[21]["loss"] == theirs[21]["loss"]  # the same weights on the same batch
+    for step in ours:  # the same batches
+        assert ours[step]["kept_tokens"] == theirs[step]["kept_tokens"]
+        assert ours[step]["tokens_seen"] == step * 8 * 64
+        expected_lr = wsd_lr(step - 1, peak=1e-3, warmup_steps=5, total_steps=30, decay_steps=10)
+        assert ours[step]["lr"] == pytest.approx(expected_lr, rel=1e-12, abs=0)
+        assert ours[step]["lr"] == pytest.approx(theirs[step]["lr"] / 3, rel=1e-12)
+    assert ours[24]["loss"] != theirs[24]["loss"]
+    final = load_checkpoint(tmp_path / "restarted" / "ckpt" / "step-24", tmp_path)
+    steps = {float(v) for k, v in final["optimizer"].items() if k.endswith(".step")}
+    assert steps == {24.0}  # AdEMAMix carried on
+    assert final["train_state"]["step"] == 24
+    assert final["dataloader"]["windows_consumed"] == 24 * 8  # the data position too
 
 
 # ---------------------------------------------------------------------------------------------
