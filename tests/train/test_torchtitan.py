@@ -935,9 +935,10 @@ def test_trainer_config_refuses_a_phase_too_small_or_a_batch_that_does_not_split
 
 
 def test_initial_checkpoint_is_a_step_directory_or_the_last_step_of_a_folder(tmp_path):
+    from tests.train.test_run_spec import save_checkpoint
+
     for step in (5, 40, 12):
-        (tmp_path / f"step-{step}").mkdir()
-        (tmp_path / f"step-{step}" / ".metadata").write_bytes(b"x")
+        save_checkpoint(tmp_path, step)
     (tmp_path / "step-99").mkdir()  # interrupted save: no .metadata
     assert resolve_initial_checkpoint(tmp_path) == tmp_path / "step-40"
     assert resolve_initial_checkpoint(tmp_path / "step-5") == tmp_path / "step-5"
