@@ -101,7 +101,8 @@ def check_inputs(described: Iterable[Mapping[str, Any]], run_dir: Path | None) -
     if not described:
         return
     producers = _producers(run_dir)
-    problems = []
+    problems: list[str] = []
+    writers: list[Path] = []
     for item in described:
         path = Path(item["path"]).resolve()
         producer = next(
@@ -116,6 +117,8 @@ def check_inputs(described: Iterable[Mapping[str, Any]], run_dir: Path | None) -
         except (KeyError, TypeError):
             continue
         current = _current_files(item)
+        if any(current.get(file) != sha for file, sha in recorded.items()):
+            writers.append(root)
         for file, sha in sorted(recorded.items()):
             if file not in current:
                 problems.append(f"{file}: missing, written by {step} ({manifest_path})")
@@ -128,6 +131,6 @@ def check_inputs(described: Iterable[Mapping[str, Any]], run_dir: Path | None) -
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ApertusError(
             f"input {problems[0]}{more}: it changed after the step that wrote it; nothing was "
-            "read from it. Re-run that step (snakemake --forcerun <its output>) or restore the "
+            f"read from it. Re-run that step (snakemake --forcerun {writers[0]}) or restore the "
             "file."
         )

@@ -79,6 +79,7 @@ def test_a_flipped_byte_in_an_input_is_refused_naming_the_file_and_its_writer(ru
     message = str(refused.value)
     assert message.startswith(f"input {changed.resolve()}: sha256 ")
     assert "but tokenize/tokenizer wrote" in message and "nothing was read" in message
+    assert "snakemake --forcerun " + str(run.resolve() / "tokenize") in message
     assert not (run / "pretrain" / "p1.manifest.json").exists()
 
 
