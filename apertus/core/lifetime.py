@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +32,19 @@ from pathlib import Path
 
 from apertus.core import ApertusError
 
-__all__ = ["LockHeld", "child_dies_with_us", "die_with_parent", "exclusive_lock", "hold_lock"]
+__all__ = [
+    "WORKFLOW_ENV",
+    "LockHeld",
+    "child_dies_with_us",
+    "die_with_parent",
+    "exclusive_lock",
+    "hold_lock",
+    "mark_workflow_process",
+    "stop_with_workflow",
+]
+
+WORKFLOW_ENV = "APERTUS_WORKFLOW_PROCESS"
+"""Set by the workflow's main Snakemake process for its jobs: ``host:pid:start time``."""
 
 _PR_SET_PDEATHSIG = 1
 # Resolved at import, before any fork: the forked child only calls it (no dlopen after fork).
@@ -68,6 +81,51 @@ def die_with_parent(*expected_parent: str, sig: int = signal.SIGKILL) -> None:
     if os.getppid() == 1 or not any(name.encode() in cmdline for name in expected_parent):
         print(f"error: the parent process ({expected_parent[0]}) is gone; exiting", file=sys.stderr)
         os._exit(1)
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot), or None when there is no such
+    process: with the PID, it names one process (a PID is reused, a start time is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def mark_workflow_process() -> None:
+    """In Snakemake's main process: name it to the jobs it starts (`stop_with_workflow`)."""
+    start = _start_time(os.getpid())
+    if start is not None:
+        os.environ[WORKFLOW_ENV] = f"{socket.gethostname()}:{os.getpid()}:{start}"
+
+
+def stop_with_workflow(interval_s: float = 2.0) -> None:
+    """In a step: stop (SIGTERM to this process) when the Snakemake that started it is gone.
+
+    A `kill -9` of Snakemake's main process alone leaves its jobs running, and a re-run would
+    start the same job beside the orphan. Each step watches the process named in
+    `WORKFLOW_ENV` from a daemon thread, when it runs on the same host outside SLURM (a SLURM
+    job has its own life: the scheduler ends it); a training stage then saves a checkpoint and
+    stops (apertus.train.launch forwards SIGTERM to its ranks)."""
+    value = os.environ.get(WORKFLOW_ENV, "")
+    host, _, rest = value.partition(":")
+    pid, _, start = rest.partition(":")
+    if not start or host != socket.gethostname() or "SLURM_JOB_ID" in os.environ:
+        return
+    if _start_time(int(pid)) != start:
+        return  # already gone before this step started: not ours to judge (e.g. audit --rerun)
+
+    def watch() -> None:
+        while _start_time(int(pid)) == start:
+            time.sleep(interval_s)
+        print(
+            f"error: the Snakemake that started this step (PID {pid}) is gone; stopping",
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stop-with-workflow", daemon=True).start()
 
 
 class LockHeld(ApertusError):

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
+from apertus.core.lifetime import stop_with_workflow
 from apertus.core.manifest import describe_path, write_manifest
 from apertus.core.provenance import check_inputs, run_dir_of_step
 
@@ -234,6 +235,7 @@ def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = N
     Log verbosity comes from APERTUS_LOG_LEVEL (default INFO).
     """
     setup_logging(os.environ.get("APERTUS_LOG_LEVEL", "INFO"))
+    stop_with_workflow()  # no job outlives the Snakemake that started it
     try:
         main(argv)
     except ApertusError as e:

@@ -104,7 +104,7 @@ def main(argv=None):
         "posttrain",
         NAME,
         args.config,
-        inputs=[args.sft_data, args.previous],
+        inputs=[args.sft_data, args.previous, Path(starting["final_checkpoint"])],
         outputs=[args.output],
         manifest=args.manifest,
         seed=cfg.seed,

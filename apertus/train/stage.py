@@ -311,7 +311,11 @@ def main(argv=None):
     spec = run_spec(cfg, args.name, args.phases_root, starting)
     assert spec.phase_dir is not None
     phase_json = Path(spec.phase_dir) / PHASE_FILE
-    inputs = [Path(spec.phase_dir)] + ([args.previous] if args.previous else [])
+    # The previous stage's checkpoint is an input too: its bytes are checked against that
+    # stage's manifest before this one loads it (apertus.core.provenance).
+    inputs = [Path(spec.phase_dir)]
+    if starting is not None:
+        inputs += [args.previous, Path(starting["final_checkpoint"])]
     with StepRun(
         "pretrain",
         args.name,

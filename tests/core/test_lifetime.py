@@ -133,3 +133,41 @@ def test_a_held_lock_is_refused_naming_its_holder_and_freed_when_the_holder_dies
         hold_lock(lock, "the run")  # a second open file of the same process is refused too
     fd = hold_lock(lock, "the run")  # released when the block ended
     os.close(fd)
+
+
+def test_a_step_stops_when_the_snakemake_that_started_it_is_killed_alone(tmp_path):
+    """`kill -9` of Snakemake's main process only (not its group): the job it started, in the
+    same group but not killed, sees it gone and stops itself (SIGTERM) within seconds."""
+    parent, child = start(
+        """
+        import subprocess, sys, time
+        from pathlib import Path
+        from apertus.core.lifetime import mark_workflow_process
+        mark_workflow_process()  # what the workflow's main process does
+        code = ("from apertus.core.lifetime import stop_with_workflow; import time; "
+                "stop_with_workflow(0.1); time.sleep(300)")
+        p = subprocess.Popen([sys.executable, "-c", code])
+        Path(sys.argv[1]).write_text(str(p.pid))
+        time.sleep(300)
+        """,
+        tmp_path,
+    )
+    time.sleep(1.5)  # the step has started watching
+    assert alive(child)
+    os.kill(parent.pid, signal.SIGKILL)  # the main process alone
+    parent.wait()
+    assert wait_dead(child)
+
+
+def test_a_step_outside_the_workflow_or_on_slurm_watches_nothing(monkeypatch):
+    import threading
+
+    from apertus.core.lifetime import WORKFLOW_ENV, mark_workflow_process, stop_with_workflow
+
+    before = threading.active_count()
+    monkeypatch.delenv(WORKFLOW_ENV, raising=False)
+    stop_with_workflow()
+    mark_workflow_process()  # this process: alive, so watching would start...
+    monkeypatch.setenv("SLURM_JOB_ID", "7")  # ...but a SLURM job lives by the scheduler
+    stop_with_workflow()
+    assert threading.active_count() == before

@@ -20,7 +20,7 @@ try:
     from apertus.core.codedigest import step_code as code_of
     from apertus.core.config import load_schema, validate_config
     from apertus.core.files import canonical_json
-    from apertus.core.lifetime import LockHeld, hold_lock
+    from apertus.core.lifetime import LockHeld, hold_lock, mark_workflow_process
     from apertus.core.resources import job_resources
     from apertus.core.stage import failure_summary
     from apertus.plan_check import check_plan
@@ -74,6 +74,9 @@ _HELD_LOCKS = []
 
 
 _STARTED = time.time()
+if workflow.is_main_process:
+    # Its jobs stop when it is gone (a `kill -9` of this process alone): apertus.core.lifetime.
+    mark_workflow_process()
 
 
 onstart:
