@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,35 @@ class ConfigError(ApertusError):
     """The configuration does not match the schema; the message lists every problem by key path."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML says keys are
+    unique; PyYAML keeps the last one and drops the first without a word). Keys a merge
+    (``<<: *base``) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base`: its keys may be overridden, by design
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} appears twice in one mapping (first on line "
+                    f"{seen[key].start_mark.line + 1}); YAML keeps only the last",
+                    key_node.start_mark,
+                )
+            if isinstance(key, Hashable):
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping
+)
+
+
 def load_yaml(path: str | os.PathLike, what: str = "config file") -> Any:
     """Parse a YAML file, turning a syntax error into a ConfigError that names the file and line."""
     path = Path(path)
@@ -61,7 +91,7 @@ def load_yaml(path: str | os.PathLike, what: str = "config file") -> Any:
     except OSError as e:
         raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}, line {mark.line + 1}" if mark else str(path)
@@ -197,12 +227,27 @@ def _describe(error: jsonschema.ValidationError) -> list[str]:
     return [f"{label}: {error.message}"]
 
 
+def _not_finite(value: Any, path: list[Any]) -> Iterable[str]:
+    """Key paths of NaN and infinite numbers (YAML's .nan, .inf), which compare false with every
+    bound, so a schema's minimum and maximum let them through."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield f"key '{key_path(path)}' is {value}; it must be a finite number"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _not_finite(item, [*path, key])
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _not_finite(item, [*path, i])
+
+
 def config_errors(config: Any, schema: dict[str, Any]) -> list[str]:
     """Every problem of `config` against `schema`, one message each, ordered by key path."""
     validator_cls = jsonschema.validators.validator_for(schema)
     validator = validator_cls(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
-    return [message for error in errors for message in _describe(error)]
+    return [message for error in errors for message in _describe(error)] + list(
+        _not_finite(config, [])
+    )
 
 
 def validate_config(

@@ -13,6 +13,7 @@ from apertus.core.config import (
     apply_defaults,
     load_config,
     load_schema,
+    load_yaml,
     parse_override,
     render_reference,
     validate_config,
@@ -283,3 +284,22 @@ def test_cli_run_checks_overrides_before_snakemake_and_passes_them_as_a_file(cap
     with pytest.raises(SystemExit) as info:
         cli_main(["config", "check", "-c", "x.yaml"])  # -c is Snakemake's cores: not ours
     assert info.value.code == 2
+
+
+def test_a_key_given_twice_in_one_yaml_mapping_is_refused_naming_both_lines(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("pretrain:\n  seq_len: 128\n  lr: {peak: 1.0e-3}\n  seq_len: 64\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml, line 4: .*'seq_len' appears twice .*line 2"):
+        load_config([path])
+    merged = tmp_path / "merge.yaml"  # a merge's keys may be overridden: that is not a repeat
+    merged.write_text("x-base: &b\n  seq_len: 1\npretrain:\n  <<: *b\n  seq_len: 64\n")
+    assert load_yaml(merged)["pretrain"] == {"seq_len": 64}
+
+
+def test_nan_and_infinity_are_refused_naming_the_key(tmp_path):
+    path = tmp_path / "nan.yaml"
+    path.write_text("export: {verify: {tolerance: .nan}}\npretrain: {grad_clip: .inf}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config([path])
+    assert "key 'export.verify.tolerance' is nan; it must be a finite number" in str(refused.value)
+    assert "key 'pretrain.grad_clip' is inf" in str(refused.value)

@@ -18,7 +18,7 @@ try:
         read_pins,
     )
     from apertus.core.codedigest import step_code as code_of
-    from apertus.core.config import load_schema, validate_config
+    from apertus.core.config import load_schema, load_yaml, validate_config
     from apertus.core.files import canonical_json
     from apertus.core.lifetime import LockHeld, hold_lock, mark_workflow_process
     from apertus.core.resources import job_resources
@@ -49,6 +49,9 @@ def config_sources():
 # cross-field checks (apertus.plan_check: unique names, references, batch arithmetic, filter
 # options), the ones `apertus config check` makes.
 try:
+    # Snakemake read the files already; read again, a key given twice in one is refused.
+    for path in ["config/config.yaml", *workflow.config_settings.configfiles]:
+        load_yaml(path)
     validate_config(
         config,
         load_schema(workflow.source_path("../schemas/config.schema.yaml")),
