@@ -45,7 +45,7 @@ import numpy as np
 
 from apertus.core import ApertusError
 from apertus.core.device import resolve_device
-from apertus.core.files import atomic_write_json, recorded_path
+from apertus.core.files import atomic_write_json, recorded_path, verify_checksums
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config, is_integer
@@ -374,6 +374,7 @@ def exposure_counts(
         phase_dir, limit = (entry, None) if isinstance(entry, str | Path) else entry
         phase_dir = Path(phase_dir)
         dataset = PhaseDataset(phase_dir)  # checks the index against phase.json and the shards
+        verify_checksums(dataset.checksummed_files(), f"phase {phase_dir}")
         with np.load(phase_dir / INDEX_FILE, allow_pickle=False) as index:
             doc_tokens = index["tokens"].astype(np.int64)
         ends = np.cumsum(doc_tokens)

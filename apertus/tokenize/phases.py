@@ -736,12 +736,15 @@ class PhaseDataset:
                         "(truncated or rewritten since planning)"
                     )
 
-    def checksummed_files(self) -> list[Checksummed]:
-        """The shard files (``.ds`` and their ``.ds.index``) the plan reads, with the sha256 and
-        size phase.json records, for `apertus.core.files.verify_checksums`: training checks
-        them before its first step (apertus.train.launch)."""
+    def checksummed_files(self, documents: int | None = None) -> list[Checksummed]:
+        """The shard files (``.ds`` and their ``.ds.index``) the plan reads (its first
+        `documents` only, when given), with the sha256 and size phase.json records, for
+        `apertus.core.files.verify_checksums`: training checks them before its first step
+        (apertus.train.launch), as does every other reader of a phase's documents."""
+        rows = slice(None) if documents is None else slice(0, documents)
         pairs = np.unique(
-            self._source.astype(np.uint64) << np.uint64(32) | self._file.astype(np.uint64)
+            self._source[rows].astype(np.uint64) << np.uint64(32)
+            | self._file[rows].astype(np.uint64)
         )
         files = []
         for pair in pairs.tolist():

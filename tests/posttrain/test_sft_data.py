@@ -317,3 +317,10 @@ def test_replayed_documents_are_rows_of_their_own_with_every_label(
     assert f"plans {len(phase)}" in refused(too_many, "--replay-phase", str(tmp_path / "p"))
     other = {**config, "replay": {"documents": 1, "phase": "phase9"}}
     assert "phase 'warm'" in refused(other, "--replay-phase", str(tmp_path / "p"))
+    # A shard the replayed documents come from, one bit changed: refused, naming it.
+    shard = sorted(shards.glob("*.ds"))[0]
+    flipped = bytearray(shard.read_bytes())
+    flipped[3] ^= 0x10
+    shard.write_bytes(bytes(flipped))
+    message = refused(config, "--replay-phase", str(tmp_path / "p"))
+    assert f"replay data of {tmp_path / 'p'}: {shard}: sha256" in message
