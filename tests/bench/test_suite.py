@@ -75,9 +75,9 @@ def test_unknown_benchmark_is_named():
 
 @pytest.mark.slow
 def test_suite_runs_benchmarks_and_gathers_their_ratios(tmp_path):
-    """The optimizer, data verification and pipeline benchmarks, quick: the pipeline one runs real Snakemake (the
-    data sample and robots.txt jobs, then the same command as a checked no-op, then dry runs of
-    the default and of the 70B preset)."""
+    """The optimizer, data verification and pipeline benchmarks, quick: the pipeline one runs
+    real Snakemake (the data sample and robots.txt jobs, then the same command as a checked
+    no-op, then dry runs of the default and of the 70B preset)."""
     done = subprocess.run(
         [
             sys.executable, "-m", "bench", "--quick", "--only", "optimizer,verify_data,pipeline",
