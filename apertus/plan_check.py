@@ -288,7 +288,7 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
         batch_ramp,
         check_tensor_parallel_shape,
     )
-    from apertus.train.stage import cooldown_steps
+    from apertus.train.stage import wsd_schedule
 
     section = config["pretrain"]
     cfg = PretrainConfig.from_dict(section)
@@ -344,14 +344,7 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
         global_batch=cfg.global_batch,
         batch_ramp=cfg.batch_ramp,
         steps=total,
-        lr=LRSpec(
-            kind="wsd",
-            peak=cfg.lr.peak,
-            warmup_steps=min(cfg.lr.warmup_steps, total),
-            decay_steps=cooldown_steps(ramp, total, cfg.lr.decay_fraction),
-            min_lr_ratio=cfg.lr.min_lr_ratio,
-            total_steps=total,
-        ),
+        lr=wsd_schedule(cfg, ramp, total),
     )
     # The long-context stages: the previous weights, their own batch, nodes and data.
     for i, long in enumerate(cfg.long_context):

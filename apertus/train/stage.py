@@ -88,6 +88,19 @@ def cooldown_steps(ramp: BatchRamp, total_steps: int, fraction: float) -> int:
     return low
 
 
+def wsd_schedule(cfg: PretrainConfig, ramp: BatchRamp, total_steps: int) -> LRSpec:
+    """The one Warmup-Stable-Decay schedule of all the phases, `total_steps` long (RECIPE §4):
+    warmup, the stable peak, the 1-sqrt cooldown over `lr.decay_fraction` of the sequences."""
+    return LRSpec(
+        kind="wsd",
+        peak=cfg.lr.peak,
+        warmup_steps=min(cfg.lr.warmup_steps, total_steps),
+        decay_steps=cooldown_steps(ramp, total_steps, cfg.lr.decay_fraction),
+        min_lr_ratio=cfg.lr.min_lr_ratio,
+        total_steps=total_steps,
+    )
+
+
 def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
     """Entropy (nats) of the token distribution of a phase's planned documents (the first
     `max_tokens` of the plan): the loss of a model that ignores context, which a trained model
@@ -166,14 +179,7 @@ def run_spec(
             global_batch=cfg.global_batch,
             batch_ramp=cfg.batch_ramp,
             steps=sum(steps[: cfg.phases.index(name) + 1]),
-            lr=LRSpec(
-                kind="wsd",
-                peak=cfg.lr.peak,
-                warmup_steps=min(cfg.lr.warmup_steps, total),
-                decay_steps=cooldown_steps(ramp, total, cfg.lr.decay_fraction),
-                min_lr_ratio=cfg.lr.min_lr_ratio,
-                total_steps=total,
-            ),
+            lr=wsd_schedule(cfg, ramp, total),
             checkpoint=checkpoint,
         )
     long = next(s for s in cfg.long_context if s.name == name)
