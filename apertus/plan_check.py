@@ -197,6 +197,12 @@ def _typed_sections(config: Mapping[str, Any]) -> list[str]:
         (SFTTrainingConfig, posttrain["sft"], "posttrain.sft"),
     ):
         problems += _attempt(where, cls.from_dict, section)[1]
+    heldout = config["tokenize"]["heldout"]
+    if heldout["min_documents"] > heldout["max_documents"]:
+        problems.append(
+            f"key 'tokenize.heldout.min_documents' is {heldout['min_documents']}: more than "
+            f"tokenize.heldout.max_documents {heldout['max_documents']}"
+        )
     for i, phase in enumerate(config["tokenize"]["phases"]):
         where = key_path(["tokenize", "phases", i])
         problems += _attempt(

@@ -238,3 +238,10 @@ def test_dotted_keys_in_snakemakes_config_are_refused_with_the_way_out():
     ):
         with pytest.raises(ConfigError, match=r"apertus run .*--configfile"):
             dotted_config_args(args)
+
+
+def test_a_heldout_minimum_above_its_maximum_is_refused():
+    message = one_problem("tokenize.heldout.min_documents=50", "tokenize.heldout.max_documents=3")
+    assert message == (
+        "key 'tokenize.heldout.min_documents' is 50: more than tokenize.heldout.max_documents 3"
+    )
