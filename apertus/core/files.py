@@ -90,7 +90,7 @@ def verify_checksums(
     total = sum(f.bytes for f in todo)
     good: dict[str, list[Any]] = {}
     with (
-        Progress(total // _CHUNK, f"verifying {what}", unit="MiB") as progress,
+        Progress(-(-total // _CHUNK), f"verifying {what}", unit="MiB") as progress,
         ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool,
     ):
         # hashlib releases the GIL on large updates: a few files hash in parallel.
@@ -103,7 +103,7 @@ def verify_checksums(
             return None
 
         for f, problem in zip(todo, pool.map(check, todo), strict=True):
-            progress.update(f.bytes // _CHUNK)
+            progress.update(-(-f.bytes // _CHUNK))  # whole MiB, rounded up
             if problem:
                 bad.append(problem)
     if cache_path is not None and good:
