@@ -62,9 +62,12 @@ def _long_context(run_dir: Path, tmp_path: Path, *where: str) -> subprocess.Pope
 def _final_weights(run_dir: Path, tmp_path: Path) -> dict[str, torch.Tensor]:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+    from apertus.train.stage import final_checkpoint
+
     record = json.loads((run_dir / "pretrain" / "ctx256" / "run.json").read_text())
     target = tmp_path / f"{run_dir.parent.name}.pt"
-    dcp_to_torch_save(record["final_checkpoint"], str(target))
+    checkpoint = final_checkpoint(record, run_dir / "pretrain" / "ctx256")  # recorded relative
+    dcp_to_torch_save(str(checkpoint), str(target))
     state = torch.load(target, weights_only=False)
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
