@@ -48,16 +48,20 @@ def config_sources():
 # Fails before any job runs, naming every bad key; fills the schema's defaults. Then the
 # cross-field checks (apertus.plan_check: unique names, references, batch arithmetic, filter
 # options), the ones `apertus config check` makes.
+# A job on a cluster node parses the workflow again: it only fills the defaults (its config was
+# checked by the Snakemake that submitted it).
 try:
-    # Snakemake read the files already; read again, a key given twice in one is refused.
-    for path in ["config/config.yaml", *workflow.config_settings.configfiles]:
-        load_yaml(path)
+    if workflow.is_main_process:
+        # Snakemake read the files already; read again, a key given twice in one is refused.
+        for path in ["config/config.yaml", *workflow.config_settings.configfiles]:
+            load_yaml(path)
     validate_config(
         config,
         load_schema(workflow.source_path("../schemas/config.schema.yaml")),
         sources=config_sources(),
     )
-    check_plan(config, sources=config_sources())
+    if workflow.is_main_process:
+        check_plan(config, sources=config_sources())
 except ApertusError as e:
     raise WorkflowError(str(e)) from None
 
