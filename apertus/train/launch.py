@@ -80,9 +80,9 @@ STOPPED = 75
 # restart from it): a rerun would resume from the last checkpoint and diverge again.
 DIVERGED = 3
 STOP_BEFORE_ENV = "APERTUS_STOP_BEFORE_MINUTES"
+"""Minutes before a SLURM job's time limit at which training stops (default 10)."""
 VERIFIED_FILE = "verified-data.json"
 """Beside a run's checkpoint folder: the data files found good, by size, mtime, ctime, inode."""
-"""Minutes before a SLURM job's time limit at which training stops (default 10)."""
 
 
 def torchrun_command(
