@@ -18,6 +18,15 @@ BIN = Path(sys.executable).parent
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (a dead child not yet reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def run_tool(*args, cwd=REPO, check=False, **kwargs):
     """Run a tool from this environment's bin/ (snakemake, snakefmt, ruff...), capturing output."""
     cmd = [str(BIN / args[0]), *map(str, args[1:])]

@@ -23,15 +23,13 @@ from apertus.audit.steps import StepRecord
 from apertus.core import ApertusError
 from apertus.core.manifest import (
     CONTENT_DIGEST_KEY,
+    SNAKEMAKE_MARKER,
     content_digest,
     find_step_manifests,
     is_step_manifest_name,
 )
 
 RELEASE_MANIFEST = "RELEASE-MANIFEST.json"
-# Snakemake touches this empty marker in every directory output after its step wrote the
-# manifest; it is Snakemake's bookkeeping, not an output (a non-empty one is reported).
-SNAKEMAKE_MARKER = ".snakemake_timestamp"
 
 
 def is_snakemake_marker(path: Path) -> bool:

@@ -8,21 +8,27 @@ builds on this format, so its keys are stable: add keys, never rename them.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from apertus import __version__
-from apertus.core import REPO_ROOT
+from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.codedigest import pins_of_run, step_code
 from apertus.core.files import atomic_write_json, canonical_json, sha256_file, sha256_text
 
 MANIFEST_VERSION = 1
+
+# Snakemake touches this empty marker in every directory output after its step wrote the
+# manifest: Snakemake's bookkeeping, not an output.
+SNAKEMAKE_MARKER = ".snakemake_timestamp"
 
 # Distributions whose versions decide what a stage produces.
 KEY_PACKAGES = (
@@ -100,6 +106,96 @@ def describe_path(
             "files": files,
         }
     raise FileNotFoundError(f"cannot describe {path}: no such file or directory")
+
+
+# A recorded path and where it is now. A step records its inputs and outputs with the paths it
+# was given (absolute, or relative to the directory it ran in, ``cwd``). A run directory can be
+# moved or copied after the run, so a recorded path is mapped onto the run directory by its place
+# under the recorded run root (``<results_dir>/<run>``): the root is the part of the outputs'
+# common directory before the stage's own folder (``<root>/<stage>/...``, `stage_path`'s layout).
+
+# Keys every step manifest has had since manifest_version 1 (apertus.core.manifest).
+REQUIRED_KEYS = ("manifest_version", "stage", "step", "inputs", "outputs")
+
+
+def _absolute(path: str, cwd: str) -> str:
+    return os.path.normpath(os.path.join(cwd, path))
+
+
+def _recorded_root(stage: str, outputs: list[str]) -> str | None:
+    """``<results_dir>/<run>`` as the step saw it, from its (absolute) output paths."""
+    if not outputs:
+        return None
+    common = Path(os.path.commonpath([os.path.dirname(p) for p in outputs]))
+    parts = common.parts
+    for i in range(len(parts) - 1, 0, -1):  # the last `stage` folder: a run may be named `data`
+        if parts[i] == stage:
+            return str(Path(*parts[:i]))
+    return None
+
+
+@dataclass
+class StepRecord:
+    """One step manifest of a run directory, with its recorded paths made absolute."""
+
+    manifest_path: Path
+    rel: str  # the manifest's path relative to the run directory
+    manifest: dict[str, Any]
+    run_dir: Path
+    cwd: str  # where the step ran: relative recorded paths are relative to it
+    recorded_root: str | None
+
+    @classmethod
+    def load(cls, manifest_path: Path, run_dir: Path) -> StepRecord:
+        rel = manifest_path.relative_to(run_dir).as_posix()
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ApertusError(f"{rel}: not a readable step manifest ({e})") from None
+        if not isinstance(manifest, dict) or any(k not in manifest for k in REQUIRED_KEYS):
+            raise ApertusError(
+                f"{rel}: not a step manifest (needs the keys {', '.join(REQUIRED_KEYS)})"
+            )
+        for key in ("inputs", "outputs"):
+            entries = manifest[key]
+            if not isinstance(entries, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries
+            ):
+                raise ApertusError(f"{rel}: `{key}` must be a list of {{path, size, sha256}}")
+        # Manifests older than the `cwd` key were written by steps Snakemake started in the
+        # repository root (the Snakefile's directory).
+        cwd = manifest.get("cwd") or str(REPO_ROOT)
+        outputs = [_absolute(o["path"], cwd) for o in manifest["outputs"]]
+        root = _recorded_root(str(manifest["stage"]), outputs)
+        return cls(manifest_path, rel, manifest, run_dir, cwd, root)
+
+    @property
+    def name(self) -> str:
+        return f"{self.manifest['stage']}/{self.manifest['step']}"
+
+    def absolute(self, recorded: str) -> str:
+        return _absolute(recorded, self.cwd)
+
+    def relative(self, recorded: str) -> str | None:
+        """The recorded path relative to the recorded run root; None when outside it."""
+        if self.recorded_root is None:
+            return None
+        path = self.absolute(recorded)
+        try:
+            return Path(path).relative_to(self.recorded_root).as_posix()
+        except ValueError:
+            return None
+
+    def local(self, recorded: str) -> Path:
+        """Where a recorded path is now: under the run directory if it was under the run root,
+        else where it was (an input outside the run, such as ``config/robots``)."""
+        rel = self.relative(recorded)
+        return self.run_dir / rel if rel is not None else Path(self.absolute(recorded))
+
+    def shown(self, recorded: str) -> str:
+        """A recorded path as reports show it: relative to the run directory when inside it."""
+        rel = self.relative(recorded)
+        return rel if rel is not None else self.absolute(recorded)
 
 
 def _git(*args: str, cwd: Path) -> str | None:

@@ -15,7 +15,6 @@ workflow (a step started by hand without it) nothing is compared.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,12 +22,14 @@ from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.codedigest import PINS_VARIABLE
-from apertus.core.manifest import find_step_manifests
+from apertus.core.manifest import (
+    SNAKEMAKE_MARKER,
+    StepRecord,
+    find_step_manifests,
+    is_step_manifest_name,
+)
 
 __all__ = ["check_inputs", "run_dir_of_step"]
-
-# Snakemake's own marker in directory outputs, touched after the manifest was written.
-_SNAKEMAKE_MARKER = ".snakemake_timestamp"
 
 
 def run_dir_of_step() -> Path | None:
@@ -37,32 +38,30 @@ def run_dir_of_step() -> Path | None:
     return Path(pins).parent if pins else None
 
 
-def _resolved(recorded: str, manifest: Mapping[str, Any], manifest_path: Path, run_dir: Path):
-    path = Path(recorded)
-    if path.is_absolute():
-        return path.resolve()
-    bases = [Path(manifest.get("cwd") or "."), run_dir, manifest_path.parent]
-    for base in bases:
-        if (base / path).exists():
-            return (base / path).resolve()
-    return (bases[0] / path).resolve()
-
-
-def _producers(run_dir: Path) -> dict[Path, tuple[Path, str, dict[str, Any]]]:
-    """Every output recorded by a step manifest of the run: its resolved path -> (the manifest,
-    "stage/step", the output's record)."""
+def _producers(
+    run_dir: Path, inputs: Iterable[Path]
+) -> dict[Path, tuple[Path, str, dict[str, Any]]]:
+    """The outputs recorded by the step manifests that can have written `inputs`, where they
+    are now (`StepRecord`): resolved path -> (the manifest, "stage/step", the output's record).
+    A step writes under its stage's folder and keeps its manifest there (or in the run folder
+    itself), so only the manifests of the stages the inputs lie in are read."""
+    root = run_dir.resolve()
+    stages = set()
+    for path in inputs:
+        if path.is_relative_to(root) and path != root:
+            stages.add(path.relative_to(root).parts[0])
+    manifests = sorted(p for p in run_dir.glob("*manifest.json") if is_step_manifest_name(p))
+    for stage in sorted(stages):
+        if (run_dir / stage).is_dir():
+            manifests += find_step_manifests(run_dir / stage)
     found: dict[Path, tuple[Path, str, dict[str, Any]]] = {}
-    for manifest_path in find_step_manifests(run_dir):
+    for manifest_path in manifests:
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            outputs = manifest["outputs"]
-            step = f"{manifest['stage']}/{manifest['step']}"
-        except (OSError, ValueError, KeyError, TypeError):
+            record = StepRecord.load(manifest_path, run_dir)
+        except ApertusError:
             continue  # `apertus audit` reports unreadable manifests; nothing to compare with
-        for entry in outputs if isinstance(outputs, list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                path = _resolved(entry["path"], manifest, manifest_path, run_dir)
-                found[path] = (manifest_path, step, entry)
+        for entry in record.manifest["outputs"]:
+            found[record.local(entry["path"]).resolve()] = (manifest_path, record.name, entry)
     return found
 
 
@@ -87,7 +86,7 @@ def _current_files(described: Mapping[str, Any]) -> dict[str, str]:
     return {
         str(path / rel): info["sha256"]
         for rel, info in described["files"].items()
-        if Path(rel).name != _SNAKEMAKE_MARKER
+        if Path(rel).name != SNAKEMAKE_MARKER
     }
 
 
@@ -100,11 +99,11 @@ def check_inputs(described: Iterable[Mapping[str, Any]], run_dir: Path | None) -
     described = list(described)
     if not described:
         return
-    producers = _producers(run_dir)
+    paths = [Path(item["path"]).resolve() for item in described]
+    producers = _producers(run_dir, paths)
     problems: list[str] = []
     writers: list[Path] = []
-    for item in described:
-        path = Path(item["path"]).resolve()
+    for item, path in zip(described, paths, strict=True):
         producer = next(
             ((root, *producers[root]) for root in (path, *path.parents) if root in producers),
             None,
@@ -117,8 +116,7 @@ def check_inputs(described: Iterable[Mapping[str, Any]], run_dir: Path | None) -
         except (KeyError, TypeError):
             continue
         current = _current_files(item)
-        if any(current.get(file) != sha for file, sha in recorded.items()):
-            writers.append(root)
+        before = len(problems)
         for file, sha in sorted(recorded.items()):
             if file not in current:
                 problems.append(f"{file}: missing, written by {step} ({manifest_path})")
@@ -127,6 +125,8 @@ def check_inputs(described: Iterable[Mapping[str, Any]], run_dir: Path | None) -
                     f"{file}: sha256 {current[file][:16]}..., but {step} wrote "
                     f"{sha[:16]}... ({manifest_path})"
                 )
+        if len(problems) > before:
+            writers.append(root)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ApertusError(

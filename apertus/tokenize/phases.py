@@ -720,10 +720,9 @@ class PhaseDataset:
         flat_file = first_file[self._source] + self._file
         if len(flat_file) and np.any(self._document >= documents[flat_file]):
             raise ApertusError(f"{index_path}: a row names a document past its file's end")
-        for flat in np.unique(flat_file):
-            source = int(np.searchsorted(first_file, flat, side="right")) - 1
-            record = self._files[source][int(flat - first_file[source])]
-            path = self._dirs[source] / record["path"]
+        for source, file in self._referenced_files():
+            record = self._files[source][file]
+            path = self._path(source, file)
             index = path.with_name(path.name + ".index")
             for p, size in ((path, record["bytes"]), (index, record["documents"] * 8)):
                 if not p.is_file():
@@ -736,19 +735,22 @@ class PhaseDataset:
                         "(truncated or rewritten since planning)"
                     )
 
-    def checksummed_files(self, documents: int | None = None) -> list[Checksummed]:
-        """The shard files (``.ds`` and their ``.ds.index``) the plan reads (its first
-        `documents` only, when given), with the sha256 and size phase.json records, for
-        `apertus.core.files.verify_checksums`: training checks them before its first step
-        (apertus.train.launch), as does every other reader of a phase's documents."""
+    def _referenced_files(self, documents: int | None = None) -> list[tuple[int, int]]:
+        """(source, file) of every shard file the plan's rows (its first `documents`) read."""
         rows = slice(None) if documents is None else slice(0, documents)
         pairs = np.unique(
             self._source[rows].astype(np.uint64) << np.uint64(32)
             | self._file[rows].astype(np.uint64)
         )
+        return [(pair >> 32, pair & 0xFFFFFFFF) for pair in pairs.tolist()]
+
+    def checksummed_files(self, documents: int | None = None) -> list[Checksummed]:
+        """The shard files (``.ds`` and their ``.ds.index``) the plan reads (its first
+        `documents` only, when given), with the sha256 and size phase.json records, for
+        `apertus.core.files.verify_checksums`: training checks them before its first step
+        (apertus.train.launch), as does every other reader of a phase's documents."""
         files = []
-        for pair in pairs.tolist():
-            source, file = pair >> 32, pair & 0xFFFFFFFF
+        for source, file in self._referenced_files(documents):
             record = self._files[source][file]
             path = self._path(source, file)
             files.append(Checksummed(path, record["sha256"], record["bytes"]))

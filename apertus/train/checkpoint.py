@@ -18,7 +18,7 @@ from torchtitan.components.checkpoint import MODEL, CheckpointManager
 from torchtitan.components.checkpointer.utils import canonical_fqn
 from torchtitan.tools.logging import logger
 
-from apertus.train.run_spec import checkpoint_steps, unloadable_checkpoints
+from apertus.train.run_spec import resumable_checkpoints
 
 CORRUPT_FOLDER = "corrupt"
 """Where, inside a checkpoint folder, a resumed run moves the checkpoints it cannot load (a name
@@ -75,14 +75,13 @@ class FiniteCheckpointManager(CheckpointManager):
         return saved
 
     def _find_load_step(self, folder: str = "") -> int:
-        """The newest step of `folder` that loads (`run_spec.checkpoint_steps`), or -1 (then
+        """The newest step of `folder` that loads (`run_spec.resumable_checkpoints`), or -1 (then
         torchtitan starts fresh or from `initial_load_path`). torchtitan's own scan takes the
         newest ``step-N`` with a ``.metadata`` and fails on it with pickle's error when that
         file is truncated; here such a checkpoint is moved to ``corrupt/`` with a warning. Every
         rank scans (and reaches the same step, before or after rank 0 moves the bad ones)."""
         folder = Path(folder or self.folder)
-        bad = unloadable_checkpoints(folder)
-        steps = checkpoint_steps(folder)
+        steps, bad = resumable_checkpoints(folder)
         if bad and (not dist.is_initialized() or dist.get_rank() == 0):
             for step_dir, problem in bad.values():
                 aside = set_aside(step_dir)

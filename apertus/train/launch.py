@@ -355,12 +355,14 @@ def run(
     spec_path = Path(spec_path).absolute()
     spec = load_run_spec(spec_path)
     checked = preflight(spec, world_size=nproc * nnodes)
+    checkpoints = Path(spec.checkpoint.folder).absolute()
+    work = checkpoints.parent
     # Every byte trained on is the one its record names (and the work directory's key hashes
     # that record): a flipped byte stops the run here, before its first step.
     verified = verify_checksums(
         data_files(checked),
         f"training data {checked.data_dir}",
-        cache=Path(spec.checkpoint.folder).absolute().parent / VERIFIED_FILE,
+        cache=work / VERIFIED_FILE,
     )
     _say(
         f"verified the sha256 of {verified['files']} data file(s) "
@@ -430,8 +432,7 @@ def run(
             signal.signal(s, handler)
     sys.stdout.flush()
 
-    work = Path(spec.checkpoint.folder).absolute().parent
-    steps = checkpoint_steps(Path(spec.checkpoint.folder).absolute())
+    steps = checkpoint_steps(checkpoints)
     last = f"{steps[max(steps)]} (step {max(steps)})" if steps else "none"
     if stopped.is_file() and divergence is None:
         note = json.loads(stopped.read_text())

@@ -96,6 +96,7 @@ __all__ = [
     "load_run_spec",
     "preflight",
     "resolve_initial_checkpoint",
+    "resumable_checkpoints",
     "unloadable_checkpoints",
     "write_run_spec",
 ]
@@ -578,13 +579,21 @@ def unloadable_checkpoints(folder: str | os.PathLike[str]) -> dict[int, tuple[Pa
     return dict(sorted(bad.items()))
 
 
+def resumable_checkpoints(
+    folder: str | os.PathLike[str],
+) -> tuple[dict[int, Path], dict[int, tuple[Path, str]]]:
+    """`checkpoint_steps` of a folder and the `unloadable_checkpoints` it left out, from one
+    scan."""
+    folder = Path(folder)
+    bad = unloadable_checkpoints(folder)
+    return {s: p for s, p in _complete_steps(folder).items() if s not in bad}, bad
+
+
 def checkpoint_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
     """The checkpoints a run resumes from: step -> ``step-N`` directory of a checkpoint folder,
     each complete (DCP's ``.metadata``, written last, is there) and none newer than the newest
     loadable one (checked newest first, `unloadable_checkpoints`; the older ones are not read)."""
-    folder = Path(folder)
-    bad = unloadable_checkpoints(folder)
-    return {s: p for s, p in _complete_steps(folder).items() if s not in bad}
+    return resumable_checkpoints(folder)[0]
 
 
 def resolve_initial_checkpoint(path: str | os.PathLike[str]) -> Path:
@@ -605,7 +614,7 @@ def resolve_initial_checkpoint(path: str | os.PathLike[str]) -> Path:
             f"{problem}; re-run the stage that wrote it, or move that step aside to start "
             "from the one before"
         )
-    steps = checkpoint_steps(path)
+    steps = _complete_steps(path)  # none unloadable (above): all of them resume-worthy
     if not steps:
         raise ApertusError(
             f"checkpoint.initial {path}: neither a DCP checkpoint (no .metadata) nor a folder "

@@ -13,24 +13,17 @@ from pathlib import Path
 import pytest
 
 from apertus.core.lifetime import LockHeld, exclusive_lock, hold_lock
+from tests.conftest import running
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def wait_dead(pid: int, seconds: float = 10) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if not running(pid):
             return True
         time.sleep(0.05)
     return False
@@ -66,7 +59,7 @@ def test_a_child_started_with_child_dies_with_us_dies_with_its_parent(tmp_path):
         """,
         tmp_path,
     )
-    assert alive(child)
+    assert running(child)
     os.killpg(parent.pid, signal.SIGKILL)
     parent.wait()
     assert wait_dead(child)
@@ -86,7 +79,7 @@ def test_die_with_parent_kills_a_rank_whose_launcher_was_killed(tmp_path):
         tmp_path,
     )
     time.sleep(1.5)  # the child has imported and asked for the signal
-    assert alive(child)
+    assert running(child)
     os.killpg(parent.pid, signal.SIGKILL)
     parent.wait()
     assert wait_dead(child)
@@ -153,7 +146,7 @@ def test_a_step_stops_when_the_snakemake_that_started_it_is_killed_alone(tmp_pat
         tmp_path,
     )
     time.sleep(1.5)  # the step has started watching
-    assert alive(child)
+    assert running(child)
     os.kill(parent.pid, signal.SIGKILL)  # the main process alone
     parent.wait()
     assert wait_dead(child)

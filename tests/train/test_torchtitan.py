@@ -43,6 +43,7 @@ from apertus.train.optimizer import AdEMAMixOptimizers, ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
 from apertus.train.run_spec import checkpoint_steps, load_run_spec, resolve_initial_checkpoint
 from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
+from tests.conftest import running
 
 REPO = Path(__file__).resolve().parents[2]
 BOS, EOS, VOCAB = 1, 2, 256
@@ -162,15 +163,6 @@ def process_tree(pid: int) -> list[int]:
         tree.append(current)
         todo.extend(children.get(current, []))
     return tree
-
-
-def running(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie (a dead child not yet reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def load_checkpoint(step_dir: Path, tmp_path: Path) -> dict:
