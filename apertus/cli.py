@@ -16,8 +16,9 @@
     apertus code pin|unpin RUN_DIR FILE ...   count FILE as the run last ran it (no re-run)
     apertus rulegraph [--check]   regenerate the DAG diagram in README.md
 
-`run`, `explain` and `status` run Snakemake in the checkout of the current directory (its
-Snakefile, its .snakemake/), as `snakemake` does, or in `--directory DIR`.
+`run`, `explain` and `status` run Snakemake in the current directory (its .snakemake/ and
+results/), or in `--directory DIR`: the workflow of the checkout there (workflow/Snakefile), as
+`snakemake` does, else the workflow installed with this package, from any directory.
 `--configfile` has no short form: `-c` is Snakemake's number of cores.
 Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
 """
@@ -39,6 +40,7 @@ from apertus.audit.explain import (
     explain_changes,
     render_plan,
     render_sbatch,
+    workflow_arguments,
     workflow_directory,
 )
 from apertus.audit.pins import set_pins
@@ -80,7 +82,8 @@ def _add_directory(parser: argparse.ArgumentParser) -> None:
         "--directory",
         type=Path,
         metavar="DIR",
-        help="the checkout whose Snakefile and .snakemake/ to use (default: the current "
+        help="where Snakemake runs (its .snakemake/, relative results_dir): a checkout runs "
+        "its own workflow, any other directory the installed one (default: the current "
         "directory, as for snakemake)",
     )
 
@@ -253,7 +256,12 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     # Names a bad key before anything runs.
     config = load_config(args.configfile, args.overrides, directory=directory)
     check_plan(config, sources=config_sources(args.configfile, args.overrides, directory))
-    command = [sys.executable, "-m", "snakemake", *snakemake_args]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        *workflow_arguments(directory, snakemake_args),
+    ]
     files = [str(Path(f).resolve()) for f in args.configfile]
     if args.overrides:
         text = yaml.safe_dump(merge_overrides(args.overrides), sort_keys=True)

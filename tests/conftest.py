@@ -92,7 +92,7 @@ def default_run(request, tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     if default_run_executor() == "slurm":
         request.getfixturevalue("slurm_cluster")
-        where = ["--profile", "profiles/slurm-local"]
+        where = ["--workflow-profile", "profiles/slurm-local"]
     else:
         where = ["--cores", "2"]
     run_tool(

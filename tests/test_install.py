@@ -1,10 +1,14 @@
 """Installation: one pinned dependency list in two formats, a stack that imports together, and
 a README quickstart that CI runs verbatim."""
 
+import json
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -90,3 +94,62 @@ def test_readme_quickstart_is_two_commands_and_ci_runs_the_test_one():
     assert run.endswith(" run") and test.endswith(" test")
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()]
     assert test in ci, ".ci/run must run the README's test command itself"
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_outside_the_checkout_runs_the_pipeline(tmp_path):
+    """`pip install .` (not editable): the installed `apertus` finds the workflow, the schema,
+    the default config, presets and robots.txt snapshot inside the package, from a directory
+    that is no checkout. The wheel goes into a fresh venv that sees this environment's
+    packages through a .pth line (nothing is downloaded) but not its editable apertus."""
+    source = tmp_path / "source"  # built from a copy: the build leaves build/ behind
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("apertus", "workflow", "config", "profiles"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip_wheel, "-q", "-w", wheels, source], check=True, capture_output=True)
+    (wheel,) = wheels.glob("apertus-*.whl")
+
+    venv = tmp_path / "venv"
+    base_python = Path(sys.base_prefix) / "bin" / "python3"
+    subprocess.run([base_python, "-m", "venv", "--without-pip", venv], check=True)
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    (site / "stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = venv / "bin" / "python"
+    install = [python, "-m", "pip", "install", "-q", "--no-deps", wheel]
+    subprocess.run(install, check=True, capture_output=True)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def apertus(*args):
+        proc = subprocess.run(
+            [venv / "bin" / "apertus", *args], cwd=elsewhere, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    where = subprocess.run(
+        [python, "-c", "import apertus.core as c; print(c.REPO_ROOT)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=elsewhere,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(site), where  # the wheel's copy, not this checkout
+    assert "configuration is valid" in apertus("config", "check")
+    preset = Path(where) / "config" / "presets" / "apertus-8b.yaml"
+    assert "configuration is valid" in apertus("config", "check", "--configfile", str(preset))
+    plan = apertus("run", "--", "-n")
+    assert f"workflow specific profile {where}/profiles/default" in plan
+    assert re.search(r"^total\s+\d+", plan, flags=re.M), plan[-2000:]
+    assert "data_robots" in plan and "release" in plan
+    assert (elsewhere / ".snakemake").is_dir()
+    # One real step that reads shipped inputs: the robots.txt snapshot from config/robots.
+    apertus("run", "--", "--cores", "1", "results/default/data/robots/manifest.json")
+    snapshot = elsewhere / "results" / "default" / "data" / "robots" / "snapshot.json"
+    shipped = {path.stem for path in (Path(where) / "config" / "robots").glob("*.txt")}
+    assert shipped <= set(json.loads(snapshot.read_text())["hosts"])

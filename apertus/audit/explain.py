@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from apertus.core import ApertusError
+from apertus.core import REPO_ROOT, ApertusError
 from apertus.core.codedigest import CODE_PARAM_PREFIX, PINS_FILE, manifest_code_changes, read_pins
 from apertus.core.config import load_config, merge_overrides
 from apertus.core.resources import sbatch_options
@@ -59,8 +59,8 @@ REASON_STARTS = (
     "Finished (was:",
 )
 _REASON_SPLIT = re.compile("; (?=" + "|".join(re.escape(r) for r in REASON_STARTS) + ")")
-# How `apertus explain --sbatch` runs Snakemake: the SLURM profile alone.
-SLURM_PROFILE = ["--profile", "profiles/slurm", "--workflow-profile", "none"]
+# How `apertus explain --sbatch` runs Snakemake: the SLURM workflow profile (profiles/slurm).
+SLURM_PROFILE = "slurm"
 _JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):\s*$")
 _FIELD = re.compile(r"^\s{4}(\w+): ?(.*)$")
 ABSENT = "<absent>"  # a key one side of a params change does not have
@@ -307,15 +307,42 @@ SNAKEFILES = ("Snakefile", "snakefile", "workflow/Snakefile", "workflow/snakefil
 
 
 def workflow_directory(directory: str | os.PathLike | None = None) -> Path:
-    """The checkout to run Snakemake in, absolute: `directory`, by default the current one (as
-    `snakemake` itself), which must hold a Snakefile where Snakemake looks for one."""
+    """The directory to run Snakemake in, absolute: `directory`, by default the current one (as
+    `snakemake` itself). Snakemake runs the workflow found there (a checkout), else the one
+    installed with this package (`workflow_arguments`)."""
     path = Path(directory if directory is not None else os.getcwd()).absolute()
-    if not any((path / name).is_file() for name in SNAKEFILES):
-        raise ApertusError(
-            f"{path} holds no Snakefile (nor workflow/Snakefile): run this from the root of a "
-            "checkout of the pipeline, or name it with --directory"
-        )
+    if not path.is_dir():
+        raise ApertusError(f"{path}: no such directory")
     return path
+
+
+def holds_workflow(directory: Path) -> bool:
+    """Whether `snakemake` started in `directory` finds a Snakefile there by itself."""
+    return any((directory / name).is_file() for name in SNAKEFILES)
+
+
+def workflow_arguments(
+    cwd: Path, extra: Sequence[str] = (), profile: str | None = None
+) -> list[str]:
+    """Snakemake's arguments in `cwd`, then the user's `extra`: in a checkout nothing more (it
+    finds workflow/Snakefile and profiles/default itself), elsewhere the installed workflow
+    (`--snakefile`) and its default workflow profile, as Snakemake looks for profiles only beside
+    the working directory and the Snakefile. `profile` names a workflow profile of profiles/;
+    a user's `--workflow-profile profiles/slurm` that is not in `cwd` is the installed one."""
+    installed = not holds_workflow(cwd)
+    root = REPO_ROOT if installed else cwd
+    args = list(extra)
+    for at, arg in enumerate(args[:-1]):
+        given = Path(args[at + 1])
+        shipped = installed and not (cwd / given).exists() and (REPO_ROOT / given).exists()
+        if arg == "--workflow-profile" and shipped:
+            args[at + 1] = str(REPO_ROOT / given)
+    head = ["--snakefile", str(REPO_ROOT / "workflow" / "Snakefile")] if installed else []
+    if profile:
+        head += ["--workflow-profile", str(root / "profiles" / profile)]
+    elif installed and "--workflow-profile" not in args:
+        head += ["--workflow-profile", str(REPO_ROOT / "profiles" / "default")]
+    return head + args
 
 
 def _snakemake_command(
@@ -324,15 +351,16 @@ def _snakemake_command(
     override_file: Path,
     settings: Sequence[str],
     extra: Sequence[str],
+    cwd: Path,
     sbatch: bool = False,
 ) -> list[str]:
     command = [sys.executable, "-m", "snakemake", *mode]
-    # Under profiles/slurm each job's threads are its own (--cores caps them, so the workflow
-    # profile's `cores: all` is left out); locally one core is enough for a dry run.
-    command += SLURM_PROFILE if sbatch else ["--cores", "1"]
+    # Under profiles/slurm each job's threads are its own (its `cores` is above any node's);
+    # locally one core is enough for a dry run.
+    command += [] if sbatch else ["--cores", "1"]
     # The user's arguments (targets, --forcerun RULE ...) before the options that take lists:
     # after `--config K=V ...` a target would be read as one more K=V.
-    command += list(extra)
+    command += workflow_arguments(cwd, extra, SLURM_PROFILE if sbatch else None)
     command += ["--configfile", *map(str, configfiles), str(override_file)]
     if settings:
         command += ["--config", *settings]
@@ -362,7 +390,7 @@ def run_snakemake(
         # Snakemake's own --config takes no dotted keys: overrides go in as one more file.
         override_file = Path(tmp) / "overrides.yaml"
         override_file.write_text(yaml.safe_dump(override), encoding="utf-8")
-        command = _snakemake_command(mode, configfiles, override_file, settings, extra, sbatch)
+        command = _snakemake_command(mode, configfiles, override_file, settings, extra, cwd, sbatch)
         proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])

@@ -13,5 +13,12 @@ class ApertusError(Exception):
     """An error the user can fix (bad config, bad input file): printed as one line, no traceback."""
 
 
-# The checkout this package runs from: the workflow, schema and config live beside the package.
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# Where the workflow (workflow/), the default config and presets (config/) and the profiles
+# (profiles/) live: beside the package in a checkout; inside it (apertus/_pipeline/, copied by
+# setup.py at build time) when installed from a wheel.
+_PACKAGE = Path(__file__).resolve().parents[1]
+REPO_ROOT = (
+    _PACKAGE.parent
+    if (_PACKAGE.parent / "workflow" / "Snakefile").is_file()
+    else _PACKAGE / "_pipeline"
+)

@@ -28,15 +28,24 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "config.yaml"
 
 
 def checkout_root(directory: str | os.PathLike | None = None) -> Path:
-    """The checkout whose config/config.yaml and schema a run uses: `directory`, or else the
-    current directory when it is a checkout of the pipeline (a Snakefile and
-    config/config.yaml), or else the one this package was installed from."""
-    if directory is not None:
-        return Path(directory)
-    here = Path.cwd()
-    if (here / "Snakefile").is_file() and (here / "config" / "config.yaml").is_file():
+    """The checkout whose config/config.yaml and schema a run uses: `directory` (by default the
+    current one) when it is a checkout of the pipeline (a workflow/Snakefile and
+    config/config.yaml), else the workflow this package was installed with (`REPO_ROOT`)."""
+    here = Path(directory) if directory is not None else Path.cwd()
+    if (here / "workflow" / "Snakefile").is_file() and (here / "config" / "config.yaml").is_file():
         return here
     return REPO_ROOT
+
+
+def shipped_path(path: str | os.PathLike) -> Path:
+    """An input path of the config, relative ones as Snakemake's jobs see them (from the working
+    directory); one missing there but shipped with the workflow (`config/robots`, in a checkout
+    or the installed package) is that copy: a run outside a checkout finds the default inputs."""
+    path = Path(path)
+    if path.is_absolute() or path.exists():
+        return path
+    shipped = REPO_ROOT / path
+    return shipped if shipped.exists() else path
 
 
 _JSON_TYPES = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from apertus.core.config import shipped_path
 from apertus.core.stage import StepRun, run_main
 from apertus.data.config import DataConfig
 from apertus.data.readers import make_reader
@@ -32,8 +33,9 @@ def main(argv=None):
     cfg = DataConfig.from_dict(args.config)
     robots = cfg.robots
     inputs = source_paths(cfg, args.sample_dir)
-    if robots.directory:
-        inputs.append(Path(robots.directory))
+    directory = shipped_path(robots.directory) if robots.directory else None
+    if directory:
+        inputs.append(directory)
     with StepRun(
         "data", "robots", args.config, inputs=inputs, outputs=[args.output], manifest=args.manifest
     ) as step:
@@ -46,8 +48,8 @@ def main(argv=None):
                     hosts.add(host)
                 else:
                     documents_without_url += 1
-        if robots.directory:
-            snapshot = snapshot_from_directory(Path(robots.directory), hosts)
+        if directory:
+            snapshot = snapshot_from_directory(directory, hosts)
         else:
             snapshot = fetch_snapshot(
                 hosts,

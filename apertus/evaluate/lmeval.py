@@ -9,13 +9,13 @@ limit and BOS setting, in suite order); each invocation writes ``lm_eval/results
 without the date in the file name and the tracker's bookkeeping keys such as ``task_hashes``)
 and one line of ``command.sh``.
 
-BOS, and why ``add_bos_token`` is chosen per task. Our tokenizer's post-processor frames every
-text as ``<s> ... </s>`` (apertus/tokenize/tokenizer.py), and lm-eval's ``hf`` model encodes
-contexts with the tokenizer's own special tokens unless told otherwise, so without
-``add_bos_token`` a context would end in ``</s>`` and lm-eval's context/continuation split
-(encode both, cut at the context length) would score the wrong tokens. With ``add_bos_token``
-set, ``transformers`` 5 rebuilds the post-processor to add ``<s>`` alone (True) or nothing
-(False). lm-eval then does:
+BOS, and why ``add_bos_token`` is chosen per task. lm-eval's ``hf`` model encodes contexts with
+the tokenizer's own special tokens unless told otherwise. Our tokenizer adds ``<s>`` alone, as
+Hub causal LMs do (apertus/tokenize/tokenizer.py), but a tokenizer from elsewhere may also
+append ``</s>``, and then a context would end in ``</s>`` and lm-eval's context/continuation
+split (encode both, cut at the context length) would score the wrong tokens. So
+``add_bos_token`` is always set, and ``transformers`` 5 rebuilds the post-processor to add
+``<s>`` alone (True) or nothing (False), never ``</s>``. lm-eval then does:
 
 - ``loglikelihood`` / ``multiple_choice``: ``add_bos_token=True`` gives ``<s> context`` and
   scores exactly the continuation's tokens, as the model saw documents in training.

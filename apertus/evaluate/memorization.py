@@ -21,7 +21,7 @@ exact-match prefix short, since about 1 in k tokens of every copy never received
 
 Tokenization is the pretraining one (``<s> text </s>``, apertus.tokenize.tokenizer): the text is
 encoded without the tokenizer's post-processor, ``<s>`` is put in front here, and the ``</s>``
-the post-processor would append is not part of the prompt. Generation does not stop at ``</s>``
+that ends the document is not part of the prompt. Generation does not stop at ``</s>``
 (a model that ends a probe early simply scores those positions as wrong), so every continuation
 has exactly `suffix_tokens` tokens.
 

@@ -6,8 +6,9 @@ trainer's own states under ``optimizer.``, ``lr_scheduler.``, ``dataloader.`` an
 ``train_state.`` (torchtitan ``components/checkpointer/base.py``). The export reads only the
 model keys, maps them with :func:`apertus.model.state_dict_adapter.hf_key` and writes::
 
-    config.json               ApertusConfig (model_type apertus, ApertusForCausalLM)
-    generation_config.json    bos 1, eos 2, pad 3, greedy
+    config.json               ApertusConfig (model_type apertus, ApertusForCausalLM), with the
+                              transformers-4 RoPE keys beside the transformers-5 ones
+    generation_config.json    bos 1, eos 2 (chat models: also <|assistant_end|>), pad 3, greedy
     model.safetensors         (or model-0000k-of-0000n.safetensors + model.safetensors.index.json)
     tokenizer.json, tokenizer_config.json, ...   copied from the tokenizer directory
 
@@ -24,12 +25,14 @@ The ``config.json`` fields and the key map are `apertus.model.state_dict_adapter
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,10 @@ from apertus.model.state_dict_adapter import (
     rope_parameters,
 )
 from apertus.tokenize.tokenizer import TOKENIZER_FILES
+
+# The token that closes an assistant turn (RECIPE §7, the chat template): a chat model's
+# generation must stop there, as it stops at </s>.
+ASSISTANT_END = "<|assistant_end|>"
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +186,12 @@ def load_model_state(
 # --------------------------------------------------------------------------------------------
 
 
-def generation_config(*, bos_token_id: int = 1, eos_token_id: int = 2, pad_token_id: int = 3):
-    """Greedy decoding by default (``do_sample=False``), with the tokenizer's special ids."""
+def generation_config(
+    *, bos_token_id: int = 1, eos_token_id: int | list[int] = 2, pad_token_id: int = 3
+):
+    """Greedy decoding by default (``do_sample=False``), with the tokenizer's special ids; a
+    list `eos_token_id` gives every token that ends generation (``generate``, vLLM and TGI
+    read it from ``generation_config.json``)."""
     from transformers import GenerationConfig
 
     return GenerationConfig(
@@ -257,6 +268,62 @@ def copy_tokenizer(tokenizer_dir: str | os.PathLike, folder: Path, vocab_size: i
     return facts
 
 
+def context_length(model_config: ApertusModel.Config) -> int:
+    """``max_position_embeddings`` of the export: the context the RoPE is made for. With the
+    Llama-3.1 scaling that is ``original_max_position_embeddings x factor`` (8192 x 8 = 64k,
+    RECIPE §1 and §6; also what transformers requires: more than the original length, else
+    every load warns), or the stage's ``max_seq_len`` when longer; without scaling the stage's
+    ``max_seq_len``."""
+    scaling = model_config.rope_scaling
+    if scaling is None:
+        return model_config.max_seq_len
+    scaled = int(scaling.original_max_position_embeddings * scaling.factor)
+    return max(model_config.max_seq_len, scaled)
+
+
+def write_hf_config(model_config: ApertusModel.Config, folder: Path, dtype: str, **special) -> dict:
+    """``config.json``: the ``ApertusConfig`` of the model with ``max_position_embeddings`` =
+    :func:`context_length`, and beside transformers-5's ``rope_parameters`` the legacy
+    ``rope_theta`` / ``rope_scaling`` with the same values, so transformers 4.x (which reads only
+    those) builds the same RoPE instead of its defaults (theta 10000, no scaling). Returns the
+    JSON written."""
+    # hf_config writes max_seq_len as max_position_embeddings; built with the context length
+    # instead, transformers' RoPE check (original length < max_position_embeddings) passes.
+    context = replace(model_config, max_seq_len=context_length(model_config))
+    hf_config(context, dtype=dtype, **special).save_pretrained(str(folder))
+    path = folder / "config.json"
+    written = json.loads(path.read_text(encoding="utf-8"))
+    rope = dict(written["rope_parameters"])
+    written["rope_theta"] = rope.pop("rope_theta")
+    written["rope_scaling"] = rope if rope["rope_type"] != "default" else None
+    atomic_write_json(path, written)
+    return written
+
+
+def set_model_max_length(folder: Path, length: int) -> None:
+    """The exported tokenizer's ``model_max_length`` = the model's context, so transformers'
+    truncation and "sequence too long" warnings follow the model, not the tokenizer's source."""
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("model_max_length") != length:
+        atomic_write_json(path, {**config, "model_max_length": length})
+
+
+def end_token_ids(folder: Path, eos_id: int, chat: bool) -> int | list[int]:
+    """The ids that end generation: ``</s>``; for a chat model (SFT, QRPO) also
+    ``<|assistant_end|>``, the id the exported tokenizer gives it."""
+    if not chat:
+        return eos_id
+    from apertus.tokenize.tokenizer import load_tokenizer
+
+    end = load_tokenizer(str(folder)).get_vocab().get(ASSISTANT_END)
+    if end is None:
+        raise ApertusError(f"the exported tokenizer has no {ASSISTANT_END} token")
+    return [eos_id, end]
+
+
 def write_export(
     state: dict[str, torch.Tensor],
     model_config: ApertusModel.Config,
@@ -265,10 +332,12 @@ def write_export(
     *,
     dtype: str = "float32",
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    chat: bool = False,
 ) -> dict[str, Any]:
     """Write the Hugging Face folder for `state` into `folder` (an existing directory; not
-    atomic by itself: :func:`export_checkpoint` builds it beside its destination). Returns a
-    summary: dtype, parameter count, files and their sha256."""
+    atomic by itself: :func:`export_checkpoint` builds it beside its destination). `chat`: the
+    model is a chat model (SFT, QRPO), whose generation also ends at ``<|assistant_end|>``.
+    Returns a summary: dtype, parameter count, files and their sha256."""
     folder = Path(folder)
     export_dtype(dtype)
     parameters = num_params(model_config)
@@ -278,8 +347,10 @@ def write_export(
         "eos_token_id": facts["eos_id"],
         "pad_token_id": facts["pad_id"],
     }
-    hf_config(model_config, dtype=dtype, **special).save_pretrained(str(folder))
-    generation_config(**special).save_pretrained(str(folder))
+    written = write_hf_config(model_config, folder, dtype, **special)
+    set_model_max_length(folder, written["max_position_embeddings"])
+    end_ids = end_token_ids(folder, facts["eos_id"], chat)
+    generation_config(**{**special, "eos_token_id": end_ids}).save_pretrained(str(folder))
     tensors = hf_state_dict(state, dtype)
     counted = sum(t.numel() for k, t in tensors.items() if not k.endswith(("beta", "eps")))
     if counted != parameters:  # a key map that dropped or duplicated a tensor
@@ -293,8 +364,9 @@ def write_export(
         "weight_files": weights,
         "vocab_size": model_config.vocab_size,
         "tokenizer_vocab_size": facts["vocab_size"],
-        "max_position_embeddings": model_config.max_seq_len,
+        "max_position_embeddings": written["max_position_embeddings"],
         "rope_parameters": rope_parameters(model_config),
+        "eos_token_id": end_ids,
         "files": {
             str(p.relative_to(folder)): sha256_file(p)
             for p in sorted(folder.rglob("*"))
@@ -329,10 +401,10 @@ def building_directory(output_dir: str | os.PathLike) -> Iterator[Path]:
             )
     with core_building_directory(output_dir) as built:
         yield built
-        _readable_by_all(built)
+        readable_by_all(built)
 
 
-def _readable_by_all(folder: Path) -> None:
+def readable_by_all(folder: Path) -> None:
     """Give files the permissions of a plain new file (`NEW_FILE_MODE`): a copied tokenizer file
     keeps its source's mode, which may be 0600, too strict for a release folder."""
     for path in folder.rglob("*"):
@@ -348,6 +420,7 @@ def export_checkpoint(
     *,
     dtype: str = "float32",
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    chat: bool = False,
 ) -> dict[str, Any]:
     """Export the model of a trainer checkpoint (a ``step-N`` DCP directory) to a Hugging Face
     folder `output_dir`, written as a whole or not at all. `model_config` is the model the
@@ -358,6 +431,12 @@ def export_checkpoint(
     state = load_model_state(checkpoint, model_config)
     with building_directory(output_dir) as tmp:
         summary = write_export(
-            state, model_config, tmp, tokenizer_dir, dtype=dtype, max_shard_size=max_shard_size
+            state,
+            model_config,
+            tmp,
+            tokenizer_dir,
+            dtype=dtype,
+            max_shard_size=max_shard_size,
+            chat=chat,
         )
     return {"checkpoint": str(Path(checkpoint).absolute()), **summary}

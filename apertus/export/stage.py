@@ -1,8 +1,8 @@
-"""Entry point of the export stage: a pretraining stage's final checkpoint as a verified
-Hugging Face folder.
+"""Entry point of the export stage: a training stage's final checkpoint (or, with ``--step``,
+any checkpoint it kept) as a verified Hugging Face folder.
 
     python -m apertus.export.stage --config JSON --manifest M --run DIR --tokenizer DIR
-        --heldout DIR --output DIR
+        --heldout DIR --output DIR [--step N] [--chat]
 
 ``--run`` is a pretraining stage's output directory (its ``run.json`` names the final
 checkpoint, the flavor, the model overrides and the sequence length; ``apertus.train.stage``),
@@ -10,7 +10,10 @@ checkpoint, the flavor, the model overrides and the sequence length; ``apertus.t
 held-out documents (``<lang>.jsonl``) the verification batch is drawn from. ``--output``
 receives the folder (``apertus.export.hf``) with its verification card ``verification.json``
 (``apertus.export.verify``); it appears only once the export loaded in transformers and
-matched our model within the tolerance.
+matched our model within the tolerance. ``--step N`` exports the ``step-N`` checkpoint beside the
+final one (an intermediate checkpoint, as OLMo and torchtitan users ask for); a step the run did
+not keep is an error naming the steps it has. ``--chat`` marks a chat model (SFT, QRPO): its
+``generation_config.json`` ends generation at ``<|assistant_end|>`` as well as at ``</s>``.
 
 Config (the ``export:`` subtree, as JSON)::
 
@@ -135,6 +138,26 @@ def read_run_record(run_dir: Path) -> RunRecord:
     )
 
 
+def select_checkpoint(record: RunRecord, step: int | None) -> Path:
+    """The checkpoint to export: the run's final one, or the ``step-N`` checkpoint of the same
+    checkpoint folder (complete and loadable, `resumable_checkpoints`). ApertusError naming the
+    steps there are when `step` is not one of them."""
+    if step is None:
+        return record.final_checkpoint
+    from apertus.train.run_spec import resumable_checkpoints
+
+    folder = record.final_checkpoint.parent
+    steps, unloadable = resumable_checkpoints(folder)
+    if step in steps:
+        return steps[step]
+    why = f" ({unloadable[step][1]})" if step in unloadable else ""
+    available = ", ".join(map(str, steps)) or "none"
+    raise ApertusError(
+        f"run {record.name} has no loadable checkpoint at step {step}{why}; steps in "
+        f"{folder}: {available}"
+    )
+
+
 def main(argv=None):
     from apertus.export.hf import building_directory, load_model_state, write_export
     from apertus.export.verify import verification_batch, verify_export
@@ -145,6 +168,14 @@ def main(argv=None):
     parser.add_argument("--tokenizer", type=Path, required=True)
     parser.add_argument("--heldout", type=Path, required=True)
     parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument(
+        "--step", type=int, help="export the step-N checkpoint of the run (default: the final one)"
+    )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="a chat model (SFT, QRPO): generation also ends at <|assistant_end|>",
+    )
     args = parser.parse_args(argv)
     cfg = ExportConfig.from_dict(args.config)
     record = read_run_record(args.run)
@@ -154,6 +185,7 @@ def main(argv=None):
             f"checkpoint {record.final_checkpoint} named by {args.run / RUN_RECORD} is "
             "missing or incomplete (no .metadata)"
         )
+    checkpoint = select_checkpoint(record, args.step)
     # Cheap checks first, before a checkpoint of many GB is read: the tokenizer must load and
     # fit the model's embedding (write_export checks it again on the copy).
     if not args.tokenizer.is_dir():
@@ -175,11 +207,11 @@ def main(argv=None):
         "export",
         "hf",
         args.config,
-        inputs=[args.run, record.final_checkpoint, args.tokenizer, args.heldout],
+        inputs=[args.run, checkpoint, args.tokenizer, args.heldout],
         outputs=[args.output],
         manifest=args.manifest,
     ) as step:
-        state = load_model_state(record.final_checkpoint, model_config)
+        state = load_model_state(checkpoint, model_config)
         with building_directory(args.output) as folder:
             summary = write_export(
                 state,
@@ -188,6 +220,7 @@ def main(argv=None):
                 args.tokenizer,
                 dtype=cfg.dtype,
                 max_shard_size=cfg.max_shard_size,
+                chat=args.chat,
             )
             del state
             # The batch is encoded with the exported tokenizer: what a user of the folder gets.
@@ -195,7 +228,7 @@ def main(argv=None):
                 load_tokenizer(str(folder)), args.heldout, cfg.verify.rows, seq_len
             )
             card = verify_export(
-                record.final_checkpoint,
+                checkpoint,
                 model_config,
                 folder,
                 batch,
@@ -204,7 +237,9 @@ def main(argv=None):
         step.summary.update(
             {
                 "run": record.name,
-                "checkpoint": str(record.final_checkpoint),
+                "checkpoint": str(checkpoint),
+                "step": _step_of(checkpoint),
+                "eos_token_id": summary["eos_token_id"],
                 "dtype": summary["dtype"],
                 "parameters": summary["parameters"],
                 "max_abs_diff": card["max_abs_diff"],
@@ -216,6 +251,11 @@ def main(argv=None):
                 "rope_theta": summary["rope_parameters"]["rope_theta"],
             }
         )
+
+
+def _step_of(checkpoint: Path) -> int | None:
+    name = checkpoint.name
+    return int(name.removeprefix("step-")) if name.removeprefix("step-").isdigit() else None
 
 
 if __name__ == "__main__":

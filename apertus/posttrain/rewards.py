@@ -189,8 +189,8 @@ def render_chat(
     where: str,
 ) -> list[int]:
     """Token ids of `messages` in the tokenizer's chat template. The template writes its own
-    special tokens (our tokenizer's post-processor would otherwise append ``</s>``, see
-    apertus/tokenize/tokenizer.py), so nothing else is added."""
+    special tokens (the tokenizer's post-processor would otherwise add a second ``<s>``, or a
+    ``</s>`` for a tokenizer that appends one), so nothing else is added."""
     from jinja2 import TemplateError
 
     try:

@@ -24,7 +24,14 @@ from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config
 from apertus.posttrain.sft_data import read_sft_record
-from apertus.train.run_spec import AdEMAMixSpec, CheckpointSpec, GoldfishSpec, LRSpec, RunSpec
+from apertus.train.run_spec import (
+    AdEMAMixSpec,
+    CheckpointSpec,
+    GoldfishSpec,
+    LRSpec,
+    RunSpec,
+    WandbSpec,
+)
 
 NAME = "sft"
 
@@ -43,6 +50,8 @@ class SFTTrainingConfig(Config, key="posttrain.sft"):
     checkpoint_interval: int
     nproc: int
     seed: int
+    wandb: WandbSpec
+    """Weights & Biases tracking of the run, as `pretrain.wandb` for the pretraining stages."""
 
 
 def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]) -> RunSpec:
@@ -75,6 +84,7 @@ def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]
         goldfish=GoldfishSpec(enabled=False),
         seed=cfg.seed,
         tensorboard=True,
+        wandb=cfg.wandb,
         checkpoint=CheckpointSpec(
             interval=cfg.checkpoint_interval,
             initial=previous["final_checkpoint"],

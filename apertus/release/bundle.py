@@ -2,14 +2,19 @@
 
 Layout (paths relative to the folder)::
 
-    base/                   the last pretraining stage's Hugging Face export
-    aligned/                the QRPO export (when post-training ran)
+    base/                   the last pretraining stage's Hugging Face export, with its model
+                            card README.md (what its Hub repository shows)
+    aligned/                the QRPO export (when post-training ran), with its model card
     evaluation/             scores.csv, scores.md, scores.png (every checkpoint),
                             memorization.json, memorization.png (the base model),
                             reward_report.json, reward_report.md (SFT vs aligned)
     data/                   funnel.json, funnel.png
-    README.md               the model card (apertus.release.card)
+    README.md               the release's model card (apertus.release.card)
+    SHA256SUMS              every file but itself and the manifest, for `sha256sum -c`
     RELEASE-MANIFEST.json   see `release_manifest`
+
+Every file is readable by others (the permissions of a plain new file): a copied input keeps
+its source's mode otherwise, which may be 0600.
 
 The folder is built in a sibling temporary directory and moved into place
 (`building_directory`), so a reader (or an upload) sees the previous release or the whole new one.
@@ -40,10 +45,12 @@ from apertus.core.manifest import (
     find_step_manifests,
     package_versions,
 )
+from apertus.export.hf import readable_by_all
 from apertus.release.card import CardFacts, ReleasedModel, read_scores, render_card
 from apertus.release.config import ReleaseConfig
 
 RELEASE_MANIFEST = "RELEASE-MANIFEST.json"
+CHECKSUMS = "SHA256SUMS"
 RELEASE_MANIFEST_VERSION = 1
 # Files every Hugging Face export of the export stage holds; a folder without them is refused.
 EXPORT_REQUIRED = ("config.json", "verification.json", "tokenizer.json")
@@ -164,6 +171,18 @@ def release_manifest(
     return manifest
 
 
+def write_checksums(folder: Path) -> Path:
+    """``SHA256SUMS``: ``<sha256>  <path>`` per file of the folder (GNU coreutils' format), so
+    ``sha256sum -c SHA256SUMS`` checks the release without our tools. RELEASE-MANIFEST.json,
+    written after it, lists it with its SHA-256."""
+    lines = [
+        f"{sha256_file(file)}  {file.relative_to(folder).as_posix()}"
+        for file in _visible_files(folder)
+        if file.relative_to(folder).as_posix() not in (CHECKSUMS, RELEASE_MANIFEST)
+    ]
+    return atomic_write_text(folder / CHECKSUMS, "\n".join(lines) + "\n")
+
+
 def build_release(
     inputs: ReleaseInputs,
     config: ReleaseConfig,
@@ -215,9 +234,13 @@ def build_release(
             memorization_control=control,
             reward_report=reward_report,
         )
+        for model in models:
+            atomic_write_text(model.folder / "README.md", render_card(config, facts, model))
         atomic_write_text(built / "README.md", render_card(config, facts))
+        write_checksums(built)
         manifest = release_manifest(built, stages, run_config)
         atomic_write_json(built / RELEASE_MANIFEST, manifest)
+        readable_by_all(built)
     return {
         "files": len(manifest["artifacts"]) + 1,
         "bytes": sum(a["size"] for a in manifest["artifacts"].values()),

@@ -37,6 +37,7 @@ MEMORIZATION_TASK = "memorization"
 GROUP_TASKS = (MC_GROUP, PPL_GROUP)
 # `hf://datasets/<owner>/<name>/...` paths of data sources name a Hub dataset.
 HF_DATASET_PATH = re.compile(r"^hf://datasets/([^/]+/[^/@]+)")
+HUB_ID = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,19 @@ def card_languages(config: ReleaseConfig, funnel: Mapping[str, Any]) -> list[str
 
 
 def card_datasets(config: ReleaseConfig, run_config: Mapping[str, Any]) -> list[str]:
-    """The configured datasets, else one per data source: its Hub id, or its name."""
+    """The configured datasets, else the Hub dataset id of each data source read from the Hub;
+    a local source has no Hub id and is not listed (the Hub links every entry as a dataset)."""
     if config.card.datasets is not None:
         return list(config.card.datasets)
     names: list[str] = []
     for source in run_config["data"]["sources"]:
         path = str(source.get("path", ""))
-        if source.get("reader") == "huggingface":
+        if source.get("reader") == "huggingface" and HUB_ID.fullmatch(path):
             name = path
         elif match := HF_DATASET_PATH.match(path):
             name = match.group(1)
         else:
-            name = source["name"]
+            continue
         if name not in names:
             names.append(name)
     return names
@@ -155,19 +157,30 @@ def model_index(
     return index
 
 
-def card_metadata(config: ReleaseConfig, facts: CardFacts) -> dict[str, Any]:
+def card_base_model(config: ReleaseConfig, model: ReleasedModel | None) -> str | None:
+    """`base_model` of a card: the aligned model's is the base model's repository; the base
+    model's (and the release's) the Hub model the run started from, if any: never itself."""
+    if model is not None and model.subfolder == "aligned":
+        return config.hub.repo_for("base")
+    return config.card.base_model
+
+
+def card_metadata(
+    config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | None = None
+) -> dict[str, Any]:
+    """The card's Hub metadata: of the release (`model` None, every model's scores), or of one
+    released model's repository."""
     name = model_name(config, facts.run_config)
-    base_model = config.card.base_model or config.hub.repo_id or name
     data = ModelCardData(
         license=config.license,
         language=card_languages(config, facts.funnel),
-        datasets=card_datasets(config, facts.run_config),
-        base_model=base_model,
+        datasets=card_datasets(config, facts.run_config) or None,
+        base_model=card_base_model(config, model),
         tags=list(config.card.tags),
         pipeline_tag="text-generation",
         library_name="transformers",
     ).to_dict()
-    index = model_index(name, facts.models, facts.scores)
+    index = model_index(name, facts.models if model is None else [model], facts.scores)
     if index:
         data["model-index"] = index
     return data
@@ -459,24 +472,78 @@ def _reward(facts: CardFacts) -> str:
     return "\n".join(parts)
 
 
-def _how_to_load(models: Sequence[ReleasedModel], repo: str) -> str:
-    main = models[-1].subfolder
-    return "\n".join(
-        [
-            "```python",
-            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+def usage_code(model: ReleasedModel, repo: str) -> str:
+    """Python that loads `repo` and generates from it; for the aligned (chat) model also a chat
+    turn, which ends at ``<|assistant_end|>`` (its generation_config.json)."""
+    lines = [
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f'repo = "{repo}"',
+        "tokenizer = AutoTokenizer.from_pretrained(repo)",
+        "model = AutoModelForCausalLM.from_pretrained(repo)",
+        "",
+        'inputs = tokenizer("Der Fluss trägt", return_tensors="pt")',
+        "output = model.generate(**inputs, max_new_tokens=32)",
+        "print(tokenizer.decode(output[0], skip_special_tokens=True))",
+    ]
+    if model.subfolder == "aligned":
+        lines += [
             "",
-            f'repo = "{repo}"  # or the path of this folder',
-            f'tokenizer = AutoTokenizer.from_pretrained(repo, subfolder="{main}")',
-            f'model = AutoModelForCausalLM.from_pretrained(repo, subfolder="{main}")',
-            "```",
+            'messages = [{"role": "user", "content": "Grüezi! Was ist ein Fluss?"}]',
+            "inputs = tokenizer.apply_chat_template(",
+            '    messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"',
+            ")",
+            "output = model.generate(**inputs, max_new_tokens=128)",
+            'reply = output[0, inputs["input_ids"].shape[1]:]',
+            "print(tokenizer.decode(reply, skip_special_tokens=True))",
+        ]
+    return "\n".join(lines)
+
+
+def _how_to_use(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | None) -> str:
+    shown = model or facts.models[-1]
+    repo = config.hub.repo_for(shown.subfolder)
+    where = (
+        "this repository"
+        if model is not None
+        else f"the `{shown.subfolder}/` folder of this release"
+        + (f" (on the Hub: `{repo}`)" if repo else "")
+    )
+    if model is None or repo is None:
+        repo = shown.subfolder if model is None else "."
+    parts = [
+        f"With `transformers` (no custom code), {where}:",
+        "",
+        "```python",
+        usage_code(shown, repo),
+        "```",
+        "",
+        "Generation ends at `</s>`"
+        + (
+            ", and at `<|assistant_end|>`, the end of the assistant's turn"
+            if shown.subfolder == "aligned"
+            else ""
+        )
+        + ' (`generation_config.json`); `pipeline("text-generation")` takes chat messages too.',
+    ]
+    if model is None:
+        parts += [
             "",
-            "Subfolders: "
-            + ", ".join(f"`{m.subfolder}` ({m.checkpoint})" for m in models)
+            "Models: "
+            + ", ".join(
+                f"`{m.subfolder}/` ({m.checkpoint}"
+                + (
+                    f", `{config.hub.repo_for(m.subfolder)}`"
+                    if config.hub.repo_for(m.subfolder)
+                    else ""
+                )
+                + ")"
+                for m in facts.models
+            )
             + ". Each holds a `verification.json`: the logits of the trained checkpoint and of "
             "this export compared on a fixed batch.",
         ]
-    )
+    return "\n".join(parts)
 
 
 def _limitations(facts: CardFacts) -> str:
@@ -503,17 +570,30 @@ def _limitations(facts: CardFacts) -> str:
     return "\n".join(lines)
 
 
-def card_body(config: ReleaseConfig, facts: CardFacts) -> str:
+def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | None = None) -> str:
     name = model_name(config, facts.run_config)
     models = ", ".join(f"`{m.subfolder}/` ({m.checkpoint})" for m in facts.models)
+    if model is None:
+        intro = (
+            f"This release holds {models}, the evaluation and data funnel it reports, "
+            "`RELEASE-MANIFEST.json` (the SHA-256 of every file, every step's manifest, the "
+            "resolved config, the code and package versions) and `SHA256SUMS` (for "
+            "`sha256sum -c`)."
+        )
+    else:
+        kind = "aligned (QRPO) chat" if model.subfolder == "aligned" else "base (pretrained)"
+        base = config.hub.repo_for("base")
+        intro = (
+            f"This repository holds the {kind} model, checkpoint `{model.checkpoint}`"
+            + (f"; its base model is `{base}`." if model.subfolder == "aligned" and base else ".")
+            + " The files named below are those of the release folder the run wrote."
+        )
+    title = name if model is None else f"{name} ({model.subfolder})"
     sections = [
-        f"# {name}",
+        f"# {title}",
         "",
         f"A model trained from scratch with the open `apertus` pipeline, following the Apertus "
-        f"recipe (https://arxiv.org/abs/2509.14233), run `{facts.run_config['run']}`. This "
-        f"release holds {models}, the evaluation and data funnel it reports, and "
-        "`RELEASE-MANIFEST.json` (the SHA-256 of every file, every step's manifest, the "
-        "resolved config, the code and package versions).",
+        f"recipe (https://arxiv.org/abs/2509.14233), run `{facts.run_config['run']}`. {intro}",
         "",
         "## Architecture",
         "",
@@ -546,9 +626,9 @@ def card_body(config: ReleaseConfig, facts: CardFacts) -> str:
         sections += ["", "## Alignment (QRPO reward)", "", _reward(facts)]
     sections += [
         "",
-        "## How to load",
+        "## How to use",
         "",
-        _how_to_load(facts.models, config.hub.repo_id or name),
+        _how_to_use(config, facts, model),
         "",
         "## Limitations",
         "",
@@ -558,11 +638,12 @@ def card_body(config: ReleaseConfig, facts: CardFacts) -> str:
     return "\n".join(sections)
 
 
-def render_card(config: ReleaseConfig, facts: CardFacts) -> str:
-    """The whole README.md; parsed back with huggingface_hub (an invalid card raises)."""
-    metadata = card_metadata(config, facts)
+def render_card(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | None = None) -> str:
+    """The whole README.md of the release (`model` None) or of one released model's folder
+    (its Hub repository); parsed back with huggingface_hub (an invalid card raises)."""
+    metadata = card_metadata(config, facts, model)
     front = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True)
-    text = f"---\n{front}---\n\n{card_body(config, facts)}"
+    text = f"---\n{front}---\n\n{card_body(config, facts, model)}"
     try:
         ModelCard(text)
     except ValueError as e:

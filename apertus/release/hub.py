@@ -1,9 +1,14 @@
-"""Upload of the release folder to the Hugging Face Hub: one commit, then a tag.
+"""Upload of the released models to the Hugging Face Hub: one repository per model, one
+commit each, then a tag.
 
-The repository is created when missing (`exist_ok`), every file of the folder goes in ONE
-commit (`HfApi.create_commit` with one `CommitOperationAdd` per file: large files are
-pre-uploaded first and the commit that makes them visible is a single atomic call, so the
-repository shows the previous release or the whole new one; `upload_folder` would split a
+Each model of the release folder (`base/`, `aligned/`: a Hugging Face folder with its model
+card) goes to its own repository (`release.hub.repo_id`, `aligned_repo_id`), at the root, so
+`from_pretrained(repo)` needs no subfolder; a folder that is itself one model goes to `repo_id`.
+The repository is created when missing (`exist_ok`), and every file of the model goes in ONE
+commit (`HfApi.create_commit` with one `CommitOperationAdd` per file, and one
+`CommitOperationDelete` per file of an earlier upload that is no longer in the release: large
+files are pre-uploaded first and the commit that makes them visible is a single atomic call, so
+the repository shows the previous release or the whole new one; `upload_folder` would split a
 large folder into several commits when hf_xet is installed), and the commit is tagged.
 
 The token comes only from the environment (`HF_TOKEN`) or the user's Hub login
@@ -15,7 +20,8 @@ Hub.
 By hand::
 
     python -m apertus.release.hub upload --folder results/RUN/release --repo-id OWNER/NAME
-        [--dry-run] [--public] [--tag TAG] [--commit-message MSG] [--receipt FILE]
+        [--aligned-repo-id OWNER/NAME] [--dry-run] [--public] [--tag TAG]
+        [--commit-message MSG] [--receipt FILE]
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ log = logging.getLogger("apertus")
 
 RELEASE_MANIFEST = "RELEASE-MANIFEST.json"  # apertus.release.bundle.RELEASE_MANIFEST
 DEFAULT_ENDPOINT = "https://huggingface.co"
+# The released models, each a subfolder of the release holding a Hugging Face folder.
+RELEASED_MODELS = ("base", "aligned")
+# Files the Hub itself keeps in every repository: never deleted as stale.
+HUB_OWN_FILES = frozenset({".gitattributes"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,16 @@ def upload_files(folder: str | os.PathLike) -> list[UploadFile]:
     if not files:
         raise ApertusError(f"release folder {folder} is empty: nothing to upload")
     return files
+
+
+def model_folders(folder: str | os.PathLike, hub: HubConfig) -> list[tuple[str, str, Path]]:
+    """(model, repository, folder) of each model to upload: the release's `base/` and
+    `aligned/` (those holding a config.json), or the folder itself as `repo_id`'s model."""
+    folder = Path(folder)
+    models = [m for m in RELEASED_MODELS if (folder / m / "config.json").is_file()]
+    if not models:
+        return [("model", hub.repo_id, folder)]
+    return [(m, hub.repo_for(m), folder / m) for m in models]
 
 
 def default_tag(folder: str | os.PathLike) -> str | None:
@@ -105,28 +125,43 @@ def upload_release(
     *,
     tag: str | None = None,
 ) -> dict[str, Any]:
-    """Upload `folder` to `hub.repo_id` (or, with `hub.dry_run`, only list it) and return the
-    receipt: repository, endpoint, commit, tag, files (path, size, sha256)."""
+    """Upload each model of `folder` to its repository (or, with `hub.dry_run`, only list them)
+    and return the receipt: endpoint, tag, and per repository its model, commit, files (path,
+    size, sha256) and the stale files the commit deleted."""
     if not hub.repo_id:
         raise ApertusError("release.hub.repo_id is not set: no repository to upload to")
-    files = upload_files(folder)
+    targets = [
+        (model, repo, upload_files(path)) for model, repo, path in model_folders(folder, hub)
+    ]
     tag = tag or hub.tag or default_tag(folder)
     endpoint = hub_endpoint()
+    repos = [
+        {
+            "model": model,
+            "repo_id": repo,
+            "commit": None,
+            "files": [vars(f) for f in files],
+            "deleted": [],
+            "bytes": sum(f.size for f in files),
+        }
+        for model, repo, files in targets
+    ]
     receipt: dict[str, Any] = {
-        "repo_id": hub.repo_id,
         "endpoint": endpoint,
         "dry_run": hub.dry_run,
         "private": hub.private,
         "tag": tag,
         "revision": "main",
-        "commit": None,
-        "files": [vars(f) for f in files],
-        "bytes": sum(f.size for f in files),
+        "repos": repos,
+        "bytes": sum(r["bytes"] for r in repos),
     }
     if hub.dry_run:
-        for f in files:
-            log.debug("would upload %s (%d bytes)", f.path, f.size)
-        log.info("dry run: %d files, %d bytes, nothing sent", len(files), receipt["bytes"])
+        for entry in repos:
+            for f in entry["files"]:
+                log.debug(
+                    "would upload %s to %s (%d bytes)", f["path"], entry["repo_id"], f["size"]
+                )
+        log.info("dry run: %d files, %d bytes, nothing sent", _count(repos), receipt["bytes"])
         return receipt
     if _offline():
         raise ApertusError(
@@ -135,63 +170,105 @@ def upload_release(
         )
     token = hub_token()
 
-    import httpx
-    from huggingface_hub import CommitOperationAdd, HfApi
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub import HfApi
 
     api = HfApi(endpoint=endpoint, token=token, library_name="apertus")
-    folder = Path(folder)
     message = hub.commit_message or (f"Release {tag}" if tag else "Release")
-    doing = f"creating the repository {hub.repo_id}"
-    try:
-        api.create_repo(hub.repo_id, repo_type="model", private=hub.private, exist_ok=True)
-        doing = f"committing {len(files)} files to {hub.repo_id}"
-        log.info("%s at %s", doing, endpoint)
-        commit = api.create_commit(
-            hub.repo_id,
-            operations=[CommitOperationAdd(f.path, str(folder / f.path)) for f in files],
-            commit_message=message,
-            repo_type="model",
-            revision="main",
-        )
-        receipt["commit"] = commit.oid
-        receipt["commit_url"] = str(commit.commit_url)
-        if tag:
-            doing = f"tagging commit {commit.oid} of {hub.repo_id} as {tag} (the commit is made)"
-            api.create_tag(hub.repo_id, tag=tag, revision=commit.oid, tag_message=message)
-    except httpx.TransportError as e:
-        raise ApertusError(
-            f"cannot reach the Hugging Face Hub at {endpoint} while {doing} "
-            f"({type(e).__name__}: {e})"
-            + ("; nothing was committed" if receipt["commit"] is None else "")
-        ) from None
-    except HfHubHTTPError as e:
-        status = e.response.status_code if e.response is not None else "?"
-        raise ApertusError(
-            f"the Hub at {endpoint} refused {doing}: HTTP {status} ({e.server_message or e})"
-            + ("; nothing was committed" if receipt["commit"] is None else "")
-        ) from None
-    except ValueError as e:  # e.g. the Hub's README.md metadata validation
-        raise ApertusError(f"the Hub at {endpoint} refused {doing}: {e}") from None
+    for (_, _, path), entry in zip(model_folders(folder, hub), repos, strict=True):
+        committed = [r["repo_id"] for r in repos if r["commit"] is not None]
+        _upload_model(api, path, entry, message, tag, endpoint, committed, private=hub.private)
     log.info(
-        "uploaded %d files to %s at commit %s, tag %s",
-        len(files),
-        hub.repo_id,
-        receipt["commit"],
+        "uploaded %d files to %s, tag %s",
+        _count(repos),
+        ", ".join(f"{r['repo_id']} at {r['commit']}" for r in repos),
         tag,
     )
     return receipt
 
 
+def _count(repos: list[dict[str, Any]]) -> int:
+    return sum(len(r["files"]) for r in repos)
+
+
+def _upload_model(
+    api,
+    folder: Path,
+    entry: dict[str, Any],
+    message: str,
+    tag: str | None,
+    endpoint: str,
+    committed: list[str],
+    *,
+    private: bool,
+) -> None:
+    """One repository: create it when missing, commit the model's files and delete the stale
+    ones in one commit, tag it; fills `entry` (commit, commit_url, deleted)."""
+    import httpx
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from huggingface_hub.errors import HfHubHTTPError
+
+    repo_id = entry["repo_id"]
+    files = [f["path"] for f in entry["files"]]
+
+    def nothing_committed() -> str:
+        if entry["commit"] is not None:
+            return ""
+        if committed:
+            return (
+                f"; nothing was committed to {repo_id} (committed before: {', '.join(committed)})"
+            )
+        return "; nothing was committed"
+
+    doing = f"creating the repository {repo_id}"
+    try:
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        doing = f"listing the files of {repo_id}"
+        stale = sorted(set(api.list_repo_files(repo_id, repo_type="model")) - set(files))
+        entry["deleted"] = [p for p in stale if p not in HUB_OWN_FILES]
+        doing = f"committing {len(files)} files to {repo_id}"
+        log.info("%s at %s (deleting %d stale)", doing, endpoint, len(entry["deleted"]))
+        commit = api.create_commit(
+            repo_id,
+            operations=[CommitOperationAdd(p, str(folder / p)) for p in files]
+            + [CommitOperationDelete(p) for p in entry["deleted"]],
+            commit_message=message,
+            repo_type="model",
+            revision="main",
+        )
+        entry["commit"] = commit.oid
+        entry["commit_url"] = str(commit.commit_url)
+        if tag:
+            doing = f"tagging commit {commit.oid} of {repo_id} as {tag} (the commit is made)"
+            api.create_tag(repo_id, tag=tag, revision=commit.oid, tag_message=message)
+    except httpx.TransportError as e:
+        raise ApertusError(
+            f"cannot reach the Hugging Face Hub at {endpoint} while {doing} "
+            f"({type(e).__name__}: {e})" + nothing_committed()
+        ) from None
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else "?"
+        raise ApertusError(
+            f"the Hub at {endpoint} refused {doing}: HTTP {status} ({e.server_message or e})"
+            + nothing_committed()
+        ) from None
+    except ValueError as e:  # e.g. the Hub's README.md metadata validation
+        raise ApertusError(f"the Hub at {endpoint} refused {doing}: {e}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m apertus.release.hub",
-        description="Upload a release folder to the Hugging Face Hub in one tagged commit.",
+        description="Upload each model of a release folder to its Hugging Face Hub repository "
+        "in one tagged commit.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("upload", help="upload (or, with --dry-run, list) a release folder")
     up.add_argument("--folder", type=Path, required=True, help="the release folder")
-    up.add_argument("--repo-id", help="OWNER/NAME (default: the config's release.hub.repo_id)")
+    up.add_argument("--repo-id", help="the base model's OWNER/NAME (default: release.hub.repo_id)")
+    up.add_argument(
+        "--aligned-repo-id",
+        help="the aligned model's OWNER/NAME (default: release.hub.aligned_repo_id)",
+    )
     up.add_argument("--dry-run", action="store_true", help="list the files, send nothing")
     up.add_argument(
         "--public", action="store_true", help="create the repository as public (default private)"
@@ -212,6 +289,8 @@ def _hub_config(args: argparse.Namespace) -> HubConfig:
     section = dict(args.config or {})
     if args.repo_id:
         section["repo_id"] = args.repo_id
+    if args.aligned_repo_id:
+        section["aligned_repo_id"] = args.aligned_repo_id
     if args.dry_run:
         section["dry_run"] = True
     if args.public:
@@ -238,20 +317,27 @@ def main(argv: list[str] | None = None) -> None:
             receipt = upload_release(args.folder, hub, tag=args.tag)
             atomic_write_json(args.receipt, receipt)
             step.summary.update(
-                {k: receipt[k] for k in ("repo_id", "commit", "tag", "dry_run", "bytes")}
+                {
+                    **{k: receipt[k] for k in ("tag", "dry_run", "bytes")},
+                    "repos": {r["repo_id"]: r["commit"] for r in receipt["repos"]},
+                }
             )
         return
     receipt = upload_release(args.folder, hub, tag=args.tag)
     if args.receipt is not None:
         atomic_write_json(args.receipt, receipt)
+    for entry in receipt["repos"]:
+        if hub.dry_run:
+            for f in entry["files"]:
+                print(f"{f['size']:>14,}  {entry['repo_id']}  {f['path']}")
+        else:
+            print(
+                f"uploaded {len(entry['files'])} files to {entry['repo_id']} at commit "
+                f"{entry['commit']} (deleted {len(entry['deleted'])} stale), tag {receipt['tag']}"
+            )
     if hub.dry_run:
-        for f in receipt["files"]:
-            print(f"{f['size']:>14,}  {f['path']}")
-        print(f"dry run: {len(receipt['files'])} files, {receipt['bytes']:,} bytes, nothing sent")
-    else:
         print(
-            f"uploaded {len(receipt['files'])} files to {receipt['repo_id']} "
-            f"at commit {receipt['commit']}, tag {receipt['tag']}"
+            f"dry run: {_count(receipt['repos'])} files, {receipt['bytes']:,} bytes, nothing sent"
         )
     sys.stdout.flush()
 

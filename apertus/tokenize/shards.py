@@ -18,11 +18,13 @@ source, one shard set written by datatrove's `DocumentTokenizer`
                                                    vocab size, documents, tokens, tokenizer sha256
 
 Every document is stored as ``<s> ... </s>``, exactly the ids that
-``transformers.AutoTokenizer.from_pretrained(tokenizer_dir)(text)["input_ids"]`` gives, so the
-model trained on the shards sees the same framing as the exported Hugging Face tokenizer at
-inference. datatrove's `eos_token` option would replace the tokenizer's post-processor by
-``$A <EOS>`` and drop the BOS, so it is left unset and the tokenizer's own ``<s> $A </s>``
-template does the framing; `write_token_shards` checks the two tokenizers agree before it starts.
+`apertus.tokenize.tokenizer.encode_documents` gives with
+``transformers.AutoTokenizer.from_pretrained(tokenizer_dir)``, whatever the tokenizer's own
+post-processor adds (Hub tokenizers for causal LMs add ``<s>`` only; some add both, some
+nothing). datatrove's `eos_token` option would replace the post-processor by ``$A <EOS>`` and drop
+the BOS, so the tokenizer datatrove loads gets `document_framing`'s ``<s> $A </s>`` instead, built
+from the Hugging Face tokenizer's BOS and EOS (in memory; tokenizer.json is not changed), and
+`write_token_shards` checks the two agree on every probe document before it starts.
 
 Held-out documents (for perplexity evaluation) are chosen per language by `heldout_ids`, written
 as JSONL by `write_heldout`, and left out of the shards by the reader, before tokenization, so no
@@ -49,6 +51,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.tokens import DocumentTokenizer
 from datatrove.pipeline.tokens.tokenizer import get_output_filename
+from tokenizers import processors
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, atomic_write_text, sha256_file
@@ -350,15 +353,21 @@ class _PermutationRecorder:
 
 
 class PlainTextDocumentTokenizer(DocumentTokenizer):
-    """datatrove's DocumentTokenizer, encoding text that looks like a special token (a page
-    quoting ``</s>`` or ``<|user_start|>``) as plain text, like `encode_documents` does, so no
-    document can end early or fake a chat turn. The flag is not saved in tokenizer.json, so it
-    is set on the tokenizer datatrove loads.
+    """datatrove's DocumentTokenizer, framing each document with `framing` (a post-processor,
+    `apertus.tokenize.tokenizer.document_framing`) in place of the tokenizer's own, and
+    encoding text that looks like a special token (a page quoting ``</s>`` or
+    ``<|user_start|>``) as plain text, like `encode_documents` does, so no document can end early
+    or fake a chat turn. Neither is saved in tokenizer.json: both are set on the tokenizer
+    datatrove loads (its `post_processor` option, which DocumentTokenizer does not pass on).
 
     It also writes, next to each shuffled part file, the language of each of its documents
     (`document_languages`): the languages in the order datatrove tokenizes the documents, put
     in the order of the permutation datatrove draws to shuffle them, then cut at the part
     files' document counts. The token files are datatrove's, untouched."""
+
+    def __init__(self, *args: Any, framing: processors.TemplateProcessing, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.post_processor = framing
 
     @cached_property
     def tokenizer(self):
@@ -434,12 +443,26 @@ class PlainTextDocumentTokenizer(DocumentTokenizer):
             )
 
 
-def _document_tokenizer(out_dir: Path, tokenizer_file: Path, **options: Any):
+def _hf_tokenizer(tokenizer_dir: Path):
+    """The Hugging Face tokenizer of `tokenizer_dir`, as `transformers` loads it."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    except Exception as e:
+        raise ApertusError(f"transformers cannot load the tokenizer in {tokenizer_dir}: {e}") from e
+
+
+def _document_tokenizer(
+    out_dir: Path, tokenizer_file: Path, hf_tokenizer, **options: Any
+) -> PlainTextDocumentTokenizer:
+    from apertus.tokenize.tokenizer import document_framing
+
     return PlainTextDocumentTokenizer(
         output_folder=str(out_dir),
         tokenizer_name_or_path=str(tokenizer_file),
-        # None keeps the tokenizer's own "<s> $A </s>" post-processor; any value would replace it
-        # by "$A <EOS>" and drop the BOS the Hugging Face tokenizer adds.
+        framing=document_framing(hf_tokenizer),
+        # datatrove's own option would replace the post-processor by "$A <EOS>" (no BOS).
         eos_token=None,
         save_index=True,
         save_loss_metadata=False,
@@ -449,15 +472,19 @@ def _document_tokenizer(out_dir: Path, tokenizer_file: Path, **options: Any):
     )
 
 
-def _check_tokenizer_agreement(tokenizer_dir: Path, texts: Sequence[str]) -> tuple[int, int]:
-    """Encode `texts` with the tokenizer exactly as datatrove loads it and with
-    ``transformers.AutoTokenizer``; raise unless the ids agree and every document is framed
-    by the Hugging Face tokenizer's BOS and EOS. Returns (bos id, eos id).
+def _check_tokenizer_agreement(
+    tokenizer_dir: Path, hf_tokenizer, texts: Sequence[str]
+) -> tuple[int, int]:
+    """Encode `texts` with the tokenizer exactly as datatrove loads it (framed by
+    `document_framing`) and with `encode_documents` on `hf_tokenizer` (``transformers``); raise
+    unless the ids agree, each document ``<s> ... </s>``. Returns (bos id, eos id).
     """
-    from transformers import AutoTokenizer
+    from apertus.tokenize.tokenizer import encode_documents
 
     tokenizer_file = _tokenizer_file(tokenizer_dir)
-    datatrove_tokenizer = _document_tokenizer(tokenizer_file.parent, tokenizer_file).tokenizer
+    datatrove_tokenizer = _document_tokenizer(
+        tokenizer_file.parent, tokenizer_file, hf_tokenizer
+    ).tokenizer
     if datatrove_tokenizer.truncation is not None or datatrove_tokenizer.padding is not None:
         # DocumentTokenizer calls encode_batch as is, so it would cut or pad every document,
         # while the Hugging Face tokenizer switches both off unless asked.
@@ -465,31 +492,16 @@ def _check_tokenizer_agreement(tokenizer_dir: Path, texts: Sequence[str]) -> tup
             f"{tokenizer_file} enables truncation or padding: datatrove would cut or pad "
             "documents; save the tokenizer with both disabled"
         )
-    from apertus.tokenize.tokenizer import encode_documents
-
-    try:
-        hf_tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    except Exception as e:
-        raise ApertusError(f"transformers cannot load the tokenizer in {tokenizer_dir}: {e}") from e
-    bos, eos = hf_tokenizer.bos_token_id, hf_tokenizer.eos_token_id
-    if bos is None or eos is None:
-        raise ApertusError(f"the tokenizer in {tokenizer_dir} defines no BOS or no EOS token")
     texts = list(texts)
     ours = [encoding.ids for encoding in datatrove_tokenizer.encode_batch(texts)]
     theirs = encode_documents(hf_tokenizer, texts)
     for text, a, b in zip(texts, ours, theirs, strict=True):
-        if len(a) < 2 or a[0] != bos or a[-1] != eos:
-            raise ApertusError(
-                f"the tokenizer in {tokenizer_dir} does not frame documents as BOS ... EOS "
-                f"(ids {bos} ... {eos}); got {a[:4]}...{a[-2:]} for {text[:60]!r}; "
-                'give it a "<s> $A </s>" TemplateProcessing post-processor'
-            )
         if list(a) != list(b):
             raise ApertusError(
                 f"datatrove and transformers tokenize {text[:60]!r} differently "
                 f"({a[:8]}... vs {b[:8]}...): the shards would not match the exported tokenizer"
             )
-    return int(bos), int(eos)
+    return int(hf_tokenizer.bos_token_id), int(hf_tokenizer.eos_token_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,11 +649,13 @@ def write_token_shards(
             break
         if row["id"] not in exclude and row["text"].strip():
             probe.append(row["text"])
-    bos, eos = _check_tokenizer_agreement(Path(tokenizer_dir), probe)
+    hf_tokenizer = _hf_tokenizer(Path(tokenizer_dir))
+    bos, eos = _check_tokenizer_agreement(Path(tokenizer_dir), hf_tokenizer, probe)
 
     tokenizer_step = _document_tokenizer(
         out_dir,
         tokenizer_file,
+        hf_tokenizer,
         save_filename=source,
         seed=seed,
         max_tokens_per_file=max_tokens_per_file,
@@ -937,12 +951,14 @@ def write_heldout(corpus_dir: Path, ids: set[str], out_dir: Path, tokenizer_dir:
     """Write the held-out documents as ``out_dir/<language>.jsonl`` ({"id", "text", "source"}
     per line, in corpus order) for perplexity evaluation, and count them per language.
 
-    Token counts use the training tokenizer with its BOS/EOS framing, as the shards would have
-    held them. An id not found in the corpus is an error: the split and the corpus disagree.
+    Token counts are of each document framed ``<s> ... </s>``, as the shards would have held
+    them. An id not found in the corpus is an error: the split and the corpus disagree.
     Returns {"languages": {language: {"documents", "tokens"}}, "documents", "tokens"}.
     """
     tokenizer_file = _tokenizer_file(tokenizer_dir)
-    tokenizer = _document_tokenizer(tokenizer_file.parent, tokenizer_file).tokenizer
+    tokenizer = _document_tokenizer(
+        tokenizer_file.parent, tokenizer_file, _hf_tokenizer(Path(tokenizer_dir))
+    ).tokenizer
     wanted = set(ids)
     by_language: dict[str, list[dict]] = defaultdict(list)
     found: set[str] = set()

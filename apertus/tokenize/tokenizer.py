@@ -16,15 +16,15 @@ Chat format (RECIPE.md §7), rendered by :data:`CHAT_TEMPLATE`::
 Roles are system, developer, user and assistant, in any order; ``add_generation_prompt=True``
 appends ``<|assistant_start|>``.
 
-EOS: a document must end in ``</s>``. Our trained tokenizer's post-processor adds ``<s>`` and
-``</s>`` itself, but Hub tokenizers often add only ``<s>`` (the Hugging Face convention for causal
-LMs, so that ``generate`` can continue a prompt). :func:`check_special_tokens` therefore reports
-what the tokenizer adds (``adds_bos``, ``adds_eos``) instead of refusing, and
-:func:`encode_documents` never relies on it: it encodes the text without special tokens and puts
-``bos_id`` / ``eos_id`` around it, so every document is ``<s> ... </s>`` whatever the tokenizer
-does. The flip side for our trained tokenizer: ``tokenizer(prompt)`` ends the prompt with ``</s>``,
-so generation and evaluation must encode prompts with ``add_special_tokens=False`` (after ``<s>``)
-or through the chat template, which adds no ``</s>``.
+EOS: a pretraining document is ``<s> ... </s>``, but a tokenizer's own post-processor is not
+trusted to say so. Hub tokenizers for causal LMs (Llama, Mistral, Apertus) add only ``<s>``, so
+that ``generate`` continues a prompt instead of starting after an end of document, and ours
+follows that convention (post-processor ``<s> $A``, ``add_bos_token`` true, ``add_eos_token``
+false). :func:`check_special_tokens` reports what a tokenizer adds (``adds_bos``, ``adds_eos``)
+instead of refusing, and the document framing never relies on it: :func:`encode_documents`
+encodes the text without special tokens and puts ``bos_id`` / ``eos_id`` around it, and the
+shard writer gives datatrove :func:`document_framing` in place of the tokenizer's post-processor,
+so every document is ``<s> ... </s>`` whether the tokenizer adds ``<s>``, both or nothing.
 """
 
 from __future__ import annotations
@@ -171,12 +171,15 @@ class _TextStream:
             yield text
 
 
-def _document_post_processor() -> processors.TemplateProcessing:
-    """Encoding a document gives `<s> ... </s>` (RECIPE.md §1); a pair is two documents."""
+def _prompt_post_processor() -> processors.TemplateProcessing:
+    """Encoding a text gives ``<s> ...``, the Hub convention for causal LMs (Llama, Mistral):
+    a prompt the model continues, not a closed document. The shards' ``</s>`` is added by the
+    shard writer (:func:`document_framing`). The pair template is the one `transformers` builds
+    from ``add_bos_token`` alone (Llama's)."""
     return processors.TemplateProcessing(
-        single="<s> $A </s>",
-        pair="<s> $A </s> <s>:1 $B:1 </s>:1",
-        special_tokens=[("<s>", SPECIAL_TOKENS["<s>"]), ("</s>", SPECIAL_TOKENS["</s>"])],
+        single="<s> $A",
+        pair="<s> $A <s>:1 $B:1",
+        special_tokens=[("<s>", SPECIAL_TOKENS["<s>"])],
     )
 
 
@@ -189,10 +192,10 @@ def _tokenizer_config() -> dict[str, Any]:
         "pad_token": "<pad>",
         "unk_token": "<unk>",
         "additional_special_tokens": list(CHAT_TOKENS),
-        # The post-processor in tokenizer.json adds both; these flags say the same for readers
-        # of the config (transformers itself ignores them when tokenizer.json is present).
+        # The post-processor in tokenizer.json adds <s> only; transformers 5 rebuilds it from
+        # these flags when they are present, so they must say the same.
         "add_bos_token": True,
-        "add_eos_token": True,
+        "add_eos_token": False,
         # Decoding must give back the text exactly, e.g. keep the space in "word ,".
         "clean_up_tokenization_spaces": False,
         "model_max_length": MODEL_MAX_LENGTH,
@@ -224,7 +227,8 @@ def train_tokenizer(
     The model is the `tokenizers` byte-level BPE (ByteLevel pre-tokenizer without a prefix
     space, ByteLevel decoder, all 256 bytes in the initial alphabet so any text encodes without
     ``<unk>``, no normalizer so decoding gives the text back exactly), with :data:`SPECIAL_TOKENS`
-    at their fixed ids and a post-processor that makes every encoded document ``<s> ... </s>``.
+    at their fixed ids and a post-processor that puts ``<s>`` in front of an encoded text (no
+    ``</s>``: the Hub convention for causal LMs; the shards add it, :func:`document_framing`).
     `out_dir` receives ``tokenizer.json``, ``tokenizer_config.json`` (class
     ``PreTrainedTokenizerFast``, special tokens, :data:`CHAT_TEMPLATE`) and
     ``special_tokens_map.json``; it is written as a whole or not at all (built beside it, loaded
@@ -270,7 +274,7 @@ def train_tokenizer(
         raise ApertusError(
             f"no text to train the tokenizer on ({stream.empty} empty text(s) and nothing else)"
         )
-    tokenizer.post_processor = _document_post_processor()
+    tokenizer.post_processor = _prompt_post_processor()
 
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     wrong = {t: vocab.get(t) for t, i in SPECIAL_TOKENS.items() if vocab.get(t) != i}
@@ -519,6 +523,27 @@ def encode_documents(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -
         verbose=False,
     )["input_ids"]
     return [[bos_id, *ids, eos_id] for ids in encoded]
+
+
+def document_framing(tokenizer: PreTrainedTokenizerBase) -> processors.TemplateProcessing:
+    """The `tokenizers` post-processor that frames a document as ``<s> ... </s>`` with
+    `tokenizer`'s BOS and EOS (strings and ids), whatever its own post-processor adds: set on
+    the ``tokenizers.Tokenizer`` datatrove loads, its ids equal :func:`encode_documents`'.
+    Raises ApertusError when the tokenizer defines no BOS or no EOS."""
+    bos, eos = tokenizer.bos_token, tokenizer.eos_token
+    bos_id, eos_id = tokenizer.bos_token_id, tokenizer.eos_token_id
+    if None in (bos, eos, bos_id, eos_id):
+        raise ApertusError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')} defines no BOS or no EOS token"
+        )
+    bos, eos = str(bos), str(eos)
+    if any(c.isspace() for c in bos + eos):  # the template is split at whitespace
+        raise ApertusError(f"BOS {bos!r} / EOS {eos!r} contain whitespace; cannot frame documents")
+    return processors.TemplateProcessing(
+        single=f"{bos} $A {eos}",
+        pair=f"{bos} $A {eos} {bos}:1 $B:1 {eos}:1",
+        special_tokens=[(bos, int(bos_id)), (eos, int(eos_id))],
+    )
 
 
 def save_pretrained_from(name_or_path: str, out_dir: Path) -> dict:

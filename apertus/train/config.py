@@ -63,8 +63,8 @@ class PretrainRestart(Config, key="pretrain.restart"):
 class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     """The ``pretrain:`` section (config/README.md): the settings every stage's run spec takes
     over as they are (`TrainingSettings`: flavor, micro_batch, ademamix, grad_clip, goldfish,
-    seed, dtype, compile, device, tensor_parallel; their defaults are unused, the schema's fill
-    the section) and the plan of the stages."""
+    seed, dtype, compile, device, tensor_parallel, wandb; their defaults are unused, the
+    schema's fill the section) and the plan of the stages."""
 
     seq_len: int
     global_batch: int

@@ -15,7 +15,7 @@ The components, one file each (torchtitan's ``components/`` layout):
   Goldfish loss masks), `apertus.train.sft_loader.SFTDataLoader` (SFT), and
   `apertus.train.pretokenized.PretokenizedVocabulary` in the tokenizer slot;
 - `apertus.train.optimizer` (AdEMAMix), `apertus.train.lr_scheduler` (WSD, constant, linear),
-  `apertus.train.metrics` (JSON Lines, TensorBoard, progress), `apertus.train.checkpoint`
+  `apertus.train.metrics` (JSON Lines, TensorBoard, W&B, progress), `apertus.train.checkpoint`
   (finite-only DCP checkpoints), `apertus.train.trainer` (batch ramp, early stop);
 - on the CPU, `apertus.train.cpu_workarounds` (its docstring lists each workaround).
 
@@ -180,6 +180,10 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
         metrics=ApertusMetrics.Config(
             log_freq=1,
             enable_tensorboard=spec.tensorboard,
+            enable_wandb=spec.wandb.enabled,
+            wandb_project=spec.wandb.project,
+            wandb_entity=spec.wandb.entity or "",
+            wandb_mode=spec.wandb.mode,
             jsonl_file="metrics.jsonl",
             total_steps=spec.steps,
             disable_color_printing=True,

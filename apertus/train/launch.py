@@ -50,6 +50,7 @@ from apertus.train.run_spec import (
     data_files,
     load_run_spec,
     preflight,
+    wandb_run_id,
 )
 from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
 
@@ -350,7 +351,7 @@ def run(
     if job is None and nnodes > 1:
         raise ApertusError(
             f"training on {nnodes} nodes needs a SLURM allocation (no SLURM_JOB_ID here); "
-            "run the pipeline with --profile profiles/slurm"
+            "run the pipeline with --workflow-profile profiles/slurm"
         )
     spec_path = Path(spec_path).absolute()
     spec = load_run_spec(spec_path)
@@ -369,6 +370,15 @@ def run(
         f"({verified['bytes_hashed'] / 2**20:.1f} MiB read, {verified['files_cached']} "
         "unchanged since last verified)"
     )
+    if spec.wandb.enabled:
+        metrics = Path(spec.metrics_folder).absolute()
+        where = (
+            f"offline in {metrics / 'wandb'}; upload with `wandb sync "
+            f"{metrics / 'wandb'}/offline-run-*`"
+            if spec.wandb.mode == "offline"
+            else "online"
+        )
+        _say(f"W&B run {wandb_run_id(metrics)} of project {spec.wandb.project}, {where}")
     env = dict(os.environ)
     if job is None:
         command = torchrun_command(nproc, extra_args)

@@ -1,6 +1,7 @@
 """Training metrics: torchtitan's `MetricsProcessor` (console, TensorBoard) plus a JSON Lines
-file (`JsonlMetricsLogger`, read back with `read_metrics`), the loss-mask fractions of the data
-loader, the progress line with ETA, and a stop on a non-finite gradient norm (`ApertusMetrics`).
+file (`JsonlMetricsLogger`, read back with `read_metrics`), Weights & Biases (`WandbLogger`, when
+the run spec's `wandb` is on), the loss-mask fractions of the data loader, the progress line with
+ETA, and a stop on a non-finite gradient norm (`ApertusMetrics`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsPr
 
 from apertus.core.progress import Progress
 from apertus.train.pretokenized import LossMaskCounts, active_loader
+from apertus.train.run_spec import wandb_run_id
 
 # torchtitan metric names -> the short names of the JSON Lines file.
 _JSONL_NAMES = {
@@ -69,6 +71,52 @@ def run_name(dump_folder: str | os.PathLike[str]) -> str:
     return match.group(1) if match else parent
 
 
+class WandbLogger(BaseLogger):
+    """Weights & Biases, on rank 0: torchtitan's metric names (as in TensorBoard) at each logged
+    step, in the W&B run of this training run (`apertus.train.run_spec.wandb_run_id`), which
+    every start of the run resumes (``resume="allow"``). Its files go to
+    ``<dump folder>/wandb``; offline, each start writes an ``offline-run-*`` folder there, and
+    ``wandb sync`` of them all uploads one run. Named after the stage, grouped by the results
+    folder's run. W&B wants increasing steps: the steps a resume redoes (those after the
+    checkpoint that a killed start had logged) may keep their first record there, where
+    metrics.jsonl keeps the last; a resume recomputes them on the same data and weights."""
+
+    def __init__(
+        self,
+        dump_folder: str,
+        *,
+        project: str,
+        entity: str | None,
+        mode: str,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        import wandb
+
+        work = Path(dump_folder).absolute().parent
+        # `train_and_record` puts a stage's run in <results>/<run>/<stage>/_work/<name>-<key>.
+        group = work.parents[2].name if work.parent.name == "_work" else None
+        self.wandb = wandb
+        self.run = wandb.init(
+            project=project,
+            entity=entity,
+            mode=mode,
+            id=wandb_run_id(dump_folder),
+            resume="allow",
+            name=run_name(dump_folder),
+            group=group,
+            dir=dump_folder,
+            config=config,
+        )
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+        # Ends wandb's service process now rather than at interpreter exit.
+        self.wandb.teardown()
+
+
 def read_metrics(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     """The JSON Lines metrics of a run: step -> its last record (a resumed run re-logs the
     steps after its checkpoint). A truncated last line (killed mid-write) is skipped."""
@@ -87,6 +135,10 @@ class ApertusMetrics(MetricsProcessor):
     """torchtitan's `MetricsProcessor` plus:
 
     - `jsonl_file`: per-step metrics as JSON Lines (rank 0), next to TensorBoard if enabled;
+    - ``enable_wandb``: Weights & Biases with the `wandb_*` settings (rank 0, `WandbLogger`)
+      instead of torchtitan's logger, which reads its settings from ``WANDB_*`` variables,
+      starts a new run under a new timestamped folder each time, and only logs an error when
+      W&B fails to start;
     - the data loader's loss-mask counts since the last log, summed over all ranks: Goldfish's
       dropped fraction (~1/k), the EOD-masked fraction and the kept tokens;
     - progress (rank 0): an `apertus.core.progress` line ``training <run> N/total steps`` with
@@ -108,15 +160,37 @@ class ApertusMetrics(MetricsProcessor):
         total_steps: int = 0
         """The run's last step, for the progress line and ETA (0: no progress line)."""
 
+        wandb_project: str = "apertus"
+        """W&B project (with ``enable_wandb``)."""
+
+        wandb_entity: str = ""
+        """W&B user or team; empty: the login's default."""
+
+        wandb_mode: str = "offline"
+        """W&B mode: "offline" (files under the dump folder, for ``wandb sync``) or "online"."""
+
     def _build_metric_logger(self, *, config: Config, dump_folder: str, **kwargs: Any):
         self.run_name = run_name(dump_folder)
-        base = super()._build_metric_logger(config=config, dump_folder=dump_folder, **kwargs)
+        base = super()._build_metric_logger(
+            config=replace(config, enable_wandb=False), dump_folder=dump_folder, **kwargs
+        )
         rank = dist.get_rank() if dist.is_initialized() else 0
-        if not config.jsonl_file or rank != 0:
+        if rank != 0:
             return base
         loggers = LoggerContainer()
         loggers.add_logger(base)
-        loggers.add_logger(JsonlMetricsLogger(os.path.join(dump_folder, config.jsonl_file)))
+        if config.jsonl_file:
+            loggers.add_logger(JsonlMetricsLogger(os.path.join(dump_folder, config.jsonl_file)))
+        if config.enable_wandb:
+            loggers.add_logger(
+                WandbLogger(
+                    dump_folder,
+                    project=config.wandb_project,
+                    entity=config.wandb_entity or None,
+                    mode=config.wandb_mode,
+                    config=kwargs.get("config_dict"),
+                )
+            )
         return loggers
 
     def _progress(self, step: int, loss: float) -> dict[str, float]:

@@ -26,6 +26,7 @@ its output folder, a record, holds them relative to that folder instead: `RunSpe
       "checkpoint": {"folder": "ckpt", "interval": 500, "initial": null, "keep_latest": 0},
       "metrics_folder": "out",                # torchtitan's dump folder; metrics.jsonl, tb/
       "tensorboard": false,
+      "wandb": {"enabled": false, "project": "apertus", "entity": null, "mode": "offline"},
       "seed": 0, "dtype": "float32", "compile": false, "device": "auto",
       "activation_checkpoint": "none",
       "tensor_parallel": 1                    # TP degree; world_size / it ranks do FSDP
@@ -51,7 +52,8 @@ folder holds a checkpoint, so a restarted stage resumes from its own last step. 
 splits every block over that many ranks (`apertus.model.parallelize.apply_tensor_parallel`; heads,
 kv heads, MLP hidden units and vocabulary must divide by it); the world_size / tensor_parallel
 data-parallel ranks share out the global batch. Checkpoints hold whole tensors, so a run can resume
-with another layout.
+with another layout. `wandb` logs the metrics to Weights & Biases as well (`WandbSpec`; off by
+default, offline when on).
 
 Supervised fine-tuning (RECIPE.md §7): `sft_data` instead of `phase_dir` names a directory
 written by `apertus.posttrain.sft_data`; the run then reads one conversation per row with
@@ -65,6 +67,7 @@ SFT values (linear LR, AdEMAMix beta3 0.999 and T = steps, no weight decay, clip
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -73,7 +76,13 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
-from apertus.core.files import Checksummed, atomic_write_json, recorded_path, resolve_recorded
+from apertus.core.files import (
+    Checksummed,
+    atomic_write_json,
+    recorded_path,
+    resolve_recorded,
+    sha256_text,
+)
 from apertus.core.typed import build, is_integer, is_number
 from apertus.posttrain.sft_data import read_sft_record
 from apertus.tokenize.phases import PhaseDataset, read_phase_record
@@ -89,6 +98,7 @@ __all__ = [
     "Preflight",
     "RunSpec",
     "TrainingSettings",
+    "WandbSpec",
     "batch_ramp",
     "check_tensor_parallel_shape",
     "checkpoint_problem",
@@ -98,6 +108,7 @@ __all__ = [
     "resolve_initial_checkpoint",
     "resumable_checkpoints",
     "unloadable_checkpoints",
+    "wandb_run_id",
     "write_run_spec",
 ]
 
@@ -255,6 +266,54 @@ class BatchRampSpec:
         )
 
 
+WANDB_INSTALL = 'pip install -e ".[wandb]"'
+"""How to add wandb to the project's environment (pyproject.toml's ``wandb`` extra)."""
+
+
+@dataclass(frozen=True)
+class WandbSpec:
+    """Weights & Biases tracking of a run (torchtitan's ``metrics.enable_wandb``, here with its
+    settings in the spec; `apertus.train.metrics.WandbLogger`): the metrics of every logged
+    step, under a run id derived from the run's folder (`wandb_run_id`), so a requeued or
+    resumed run continues the same W&B run. ``offline`` writes the run under the metrics folder
+    (``<metrics_folder>/wandb/offline-run-*``, one per start) for a later ``wandb sync``;
+    ``online`` streams it (needs a W&B login and the network). It changes what is logged, not
+    what is trained: it is no part of the run's name (`RunSpec.explicit`)."""
+
+    enabled: bool = False
+    project: str = "apertus"
+    entity: str | None = None
+    """The W&B user or team; None: the login's default entity."""
+    mode: str = "offline"
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.enabled, bool), "wandb.enabled must be true or false")
+        _check(
+            isinstance(self.project, str) and bool(self.project),
+            f"wandb.project must be a non-empty string, got {self.project!r}",
+        )
+        _check(
+            self.entity is None or (isinstance(self.entity, str) and bool(self.entity)),
+            f"wandb.entity must be a non-empty string or null, got {self.entity!r}",
+        )
+        _check(
+            self.mode in ("offline", "online"),
+            f"wandb.mode must be 'offline' or 'online', got {self.mode!r}",
+        )
+
+
+def wandb_run_id(metrics_folder: str | os.PathLike[str]) -> str:
+    """The W&B run id of the run whose metrics go to `metrics_folder`: its work directory's
+    name (``<stage>-<16 hex key>`` for the stages, whose key hashes everything the run depends
+    on) and a hash of the folder's absolute path (the same config in two results folders gives
+    two runs). The same on every start of the run, so a requeue or resume continues its W&B
+    run; a results folder moved elsewhere starts a new one."""
+    folder = Path(metrics_folder).absolute()
+    # W&B refuses ids holding any of :;,#?/' (wandb_settings.validate_run_id).
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", folder.parent.name)[:64]
+    return f"{name}-{sha256_text(str(folder))[:8]}"
+
+
 def batch_ramp(ramp: BatchRampSpec | None, *, seq_len: int, global_batch: int) -> BatchRamp:
     """The global batch of every step: `global_batch` sequences of `seq_len` tokens, then
     `ramp`'s from its token count on (constant without a ramp; RECIPE.md §4)."""
@@ -285,6 +344,7 @@ class TrainingSettings:
     """Tensor-parallel degree: each block's heads, MLP hidden units and the vocabulary are
     split over this many ranks; the ranks divide into world_size / tensor_parallel
     data-parallel (FSDP) groups, which share out the batch."""
+    wandb: WandbSpec = field(default_factory=WandbSpec)
 
     def __post_init__(self) -> None:
         _check(
@@ -473,9 +533,13 @@ class RunSpec(TrainingSettings):
     def explicit(self) -> dict[str, Any]:
         """The fields that differ from their defaults, nested parts likewise: what names this
         run (the stages hash it into their work directory's name), unchanged when a field with
-        a default is added to the spec or a folder is placed."""
+        a default is added to the spec, a folder is placed or `wandb` is set."""
         unplaced = replace(
-            self, checkpoint=replace(self.checkpoint, folder=None), metrics_folder=None
+            self,
+            checkpoint=replace(self.checkpoint, folder=None),
+            metrics_folder=None,
+            # Tracking changes what is logged, not what is trained: turning it on resumes.
+            wandb=WandbSpec(),
         )
         return _explicit(unplaced)
 
@@ -657,7 +721,7 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     data-parallel ranks, and `checkpoint.initial` names a checkpoint (only looked at while the
     run's own folder holds none). The launcher runs them before torchrun. Only the
     tensor-parallel shape check imports torch (the model flavors), and only when
-    `tensor_parallel` > 1.
+    `tensor_parallel` > 1. With `wandb` on, the wandb package must be installed.
 
     A continued run (``initial_mode: continue``) starts at the initial checkpoint's step with
     its own data from the start, so it needs windows for the steps after that one only. A
@@ -673,6 +737,11 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
                 f"{key} is not set: a run needs its checkpoint and metrics folders (the stages "
                 "place them in their work directory)"
             )
+    if spec.wandb.enabled and importlib.util.find_spec("wandb") is None:
+        raise ApertusError(
+            "wandb.enabled is true but the wandb package is not installed; install the "
+            f"project's wandb extra ({WANDB_INSTALL}) or set wandb.enabled false"
+        )
     sft_dir = sft = phase_dir = record = None
     if spec.sft_data is not None:
         sft_dir = Path(spec.sft_data).absolute()

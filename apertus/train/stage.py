@@ -121,6 +121,18 @@ def unigram_entropy(phase_dir: Path, max_tokens: int = 20_000_000) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def vocabulary_cover(flavor_name: str, phase_dir: Path) -> dict[str, int]:
+    """``{"vocab_size": n}`` when the phase was tokenized with more ids than the flavor's
+    embedding has rows (a Hub tokenizer of 131072 ids, e.g. Apertus', with the ``tiny``
+    flavor), as torchtitan sizes the embedding by the tokenizer; else nothing, so a flavor that
+    covers its data keeps its shape (and the run its work directory)."""
+    from apertus.model.flavors import flavor
+    from apertus.tokenize.phases import read_phase_record
+
+    vocab_size = int(read_phase_record(phase_dir)["vocab_size"])
+    return {"vocab_size": vocab_size} if vocab_size > flavor(flavor_name).vocab_size else {}
+
+
 def run_spec(
     cfg: PretrainConfig, name: str, phases_root: Path, previous: Mapping[str, Any] | None
 ) -> RunSpec:
@@ -174,7 +186,11 @@ def run_spec(
             **shared,
             tensorboard=True,
             phase_dir=str(phases_root / name),
-            model_overrides={"rope_theta": cfg.rope_theta, "max_seq_len": cfg.seq_len},
+            model_overrides={
+                "rope_theta": cfg.rope_theta,
+                "max_seq_len": cfg.seq_len,
+                **vocabulary_cover(cfg.flavor, phases_root / name),
+            },
             seq_len=cfg.seq_len,
             global_batch=cfg.global_batch,
             batch_ramp=cfg.batch_ramp,
@@ -189,7 +205,11 @@ def run_spec(
         **{**shared, "micro_batch": math.gcd(cfg.micro_batch, long.global_batch)},
         tensorboard=True,
         phase_dir=str(phases_root / long.phase),
-        model_overrides={"rope_theta": long.rope_theta, "max_seq_len": long.seq_len},
+        model_overrides={
+            "rope_theta": long.rope_theta,
+            "max_seq_len": long.seq_len,
+            **vocabulary_cover(cfg.flavor, phases_root / long.phase),
+        },
         seq_len=long.seq_len,
         global_batch=long.global_batch,
         steps=long.steps,

@@ -4,7 +4,7 @@
 #
 #   bash profiles/slurm-local/cluster.sh install   # apt-get install slurm-wlm munge (once)
 #   bash profiles/slurm-local/cluster.sh start     # writes the config, starts the daemons
-#   snakemake --profile profiles/slurm-local
+#   snakemake --workflow-profile profiles/slurm-local
 #   bash profiles/slurm-local/cluster.sh stop
 #
 # The config is /etc/slurm/slurm.conf, where every SLURM command looks (Snakemake's SLURM

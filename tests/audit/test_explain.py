@@ -13,6 +13,7 @@ from apertus.audit.explain import (
     parse_dry_run,
     render_plan,
     split_reasons,
+    workflow_arguments,
 )
 from apertus.cli import main
 from apertus.core import REPO_ROOT
@@ -135,7 +136,6 @@ def copy_checkout(target: Path) -> Path:
     """The workflow of this repository (Snakefile, rules, config, profiles), elsewhere."""
     ignore = shutil.ignore_patterns("__pycache__")
     target.mkdir()
-    shutil.copy2(REPO_ROOT / "Snakefile", target / "Snakefile")
     for name in ("workflow", "config", "profiles"):
         shutil.copytree(REPO_ROOT / name, target / name, ignore=ignore)
     return target
@@ -145,7 +145,7 @@ def test_explain_dry_runs_the_workflow_of_the_current_directory(tmp_path, monkey
     """Not the checkout the package was installed from: a rule only the other checkout has is
     planned there, and its .snakemake/ is the one written."""
     checkout = copy_checkout(tmp_path / "checkout")
-    with open(checkout / "Snakefile", "a") as snakefile:
+    with open(checkout / "workflow" / "Snakefile", "a") as snakefile:
         snakefile.write('\n\nrule only_in_this_checkout:\n    output:\n        "here.txt"\n')
     monkeypatch.chdir(checkout)
     plan = explain_changes(extra=["here.txt"])
@@ -156,11 +156,13 @@ def test_explain_dry_runs_the_workflow_of_the_current_directory(tmp_path, monkey
     assert [job.rule for job in plan.jobs] == ["only_in_this_checkout"]
 
 
-@pytest.mark.parametrize("command", ["explain", "status", "run"])
-def test_a_directory_without_a_snakefile_is_exit_2(command, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    for where in ([], ["--directory", str(tmp_path)]):
-        with pytest.raises(SystemExit) as exit_:
-            main([command, *where])
-        assert exit_.value.code == 2
-        assert f"{tmp_path} holds no Snakefile (nor workflow/Snakefile)" in capsys.readouterr().err
+def test_a_directory_without_a_workflow_runs_the_installed_one(tmp_path):
+    """Outside a checkout Snakemake gets the package's workflow and its workflow profile (it
+    would look for profiles only in the working directory and beside the Snakefile)."""
+    args = workflow_arguments(tmp_path, ["-n", "--workflow-profile", "profiles/slurm"])
+    assert args[:2] == ["--snakefile", str(REPO_ROOT / "workflow" / "Snakefile")]
+    assert args[-1] == str(REPO_ROOT / "profiles" / "slurm")
+    assert workflow_arguments(tmp_path)[-1] == str(REPO_ROOT / "profiles" / "default")
+    assert workflow_arguments(REPO_ROOT, ["-n"]) == ["-n"]  # a checkout: Snakemake finds both
+    sbatch = workflow_arguments(REPO_ROOT, [], profile="slurm")
+    assert sbatch == ["--workflow-profile", str(REPO_ROOT / "profiles" / "slurm")]

@@ -231,7 +231,7 @@ def test_config_comes_from_the_checkout_in_the_current_directory(tmp_path, capsy
     (tmp_path / "config").mkdir()
     (tmp_path / "workflow").mkdir()
     shutil.copytree(REPO_ROOT / "workflow" / "schemas", tmp_path / "workflow" / "schemas")
-    (tmp_path / "Snakefile").write_text("")
+    (tmp_path / "workflow" / "Snakefile").write_text("")
     default = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
     (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump({**default, "run": "theirs"}))
     monkeypatch.chdir(tmp_path)

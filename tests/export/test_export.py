@@ -249,7 +249,9 @@ def test_config_generation_config_and_tokenizer_files(fp32_export, workspace):
         "num_key_value_heads": 2,
         "head_dim": 32,  # not dim // n_heads (16): must be written
         "hidden_act": "xielu",
-        "max_position_embeddings": 64,  # the stage's max_seq_len, not the flavor's 128
+        # The context the Llama-3.1 RoPE scaling is made for (8192 x 8), not the stage's 64:
+        # transformers warns on every load when it is not above the original 8192.
+        "max_position_embeddings": 65536,
         "rms_norm_eps": 1e-5,
         "attention_bias": False,
         "tie_word_embeddings": False,
@@ -265,9 +267,19 @@ def test_config_generation_config_and_tokenizer_files(fp32_export, workspace):
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192,
         },
+        # The same RoPE under the keys transformers 4.x reads.
+        "rope_theta": 1_000_000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
     }
     assert {k: config.get(k) for k in expected} == expected
     generation = json.loads((folder / "generation_config.json").read_text())
+    # A base model ends generation at </s> only.
     assert (generation["bos_token_id"], generation["eos_token_id"]) == (1, 2)
     assert generation["pad_token_id"] == 3
     assert generation.get("do_sample", False) is False
@@ -298,6 +310,132 @@ def test_bf16_export_rounds_the_weights_and_passes_against_rounded_weights(
         unrounded = model(batch.tokens, batch.positions)
         theirs = hf(input_ids=batch.tokens, position_ids=batch.positions, use_cache=False).logits
     assert (unrounded - theirs).abs().max() > 1e-2
+
+
+# --------------------------------------------------------------------------------------------
+# Behaving like a Hub model: end of turn, legacy RoPE keys, warning-free loading
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_export(workspace):
+    out = workspace / "hf-chat"
+    export_checkpoint(
+        workspace / "work" / "ckpt" / "step-7", MODEL, out, workspace / "tokenizer", chat=True
+    )
+    return out
+
+
+def rig_chain(folder: Path, chain: dict[int, int], default_next: int) -> None:
+    """Make the exported weights a bigram machine: token t is followed by ``chain[t]``, any
+    other token by `default_next`. The blocks add nothing (o_proj and down_proj zero), so the
+    last hidden state is the token's embedding: a one-hot direction per chain token, a shared
+    one for the rest, and lm_head maps each direction to its successor."""
+    tensors = load_file(str(folder / "model.safetensors"))
+    dim = tensors["model.embed_tokens.weight"].shape[1]
+    for key in tensors:
+        if key.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight")):
+            tensors[key] = torch.zeros_like(tensors[key])
+    direction = {t: 1 + i for i, t in enumerate(chain)}
+    embed = torch.zeros_like(tensors["model.embed_tokens.weight"])
+    embed[:, 0] = 10.0
+    head = torch.zeros_like(tensors["lm_head.weight"])
+    head[default_next, 0] = 1.0
+    for token, following in chain.items():
+        embed[token] = 0.0
+        embed[token, direction[token]] = 10.0
+        head[following, direction[token]] = 1.0
+    assert len(chain) < dim
+    tensors["model.embed_tokens.weight"], tensors["lm_head.weight"] = embed, head
+    tensors["model.norm.weight"] = torch.ones_like(tensors["model.norm.weight"])
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_chat_export_generation_stops_at_the_end_of_the_assistant_turn(chat_export, tmp_path):
+    from transformers import AutoTokenizer, pipeline
+
+    folder = tampered_copy(chat_export, tmp_path / "chat")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    end = tokenizer.convert_tokens_to_ids("<|assistant_end|>")
+    o, k, bang = (tokenizer.convert_tokens_to_ids(t) for t in ("O", "K", "!"))
+    assert len({o, k, bang, end, tokenizer.unk_token_id}) == 5
+    # After any token: "O", "K", <|assistant_end|>, then "!" and around again: a model that
+    # ends its turn, and would talk on if generation did not stop there.
+    rig_chain(folder, {o: k, k: end, end: bang}, default_next=o)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == [2, end]
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    messages = [{"role": "user", "content": "der Fluss"}]
+    inputs = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+    )
+    prompt = inputs["input_ids"].shape[1]
+    stopped = model.generate(**inputs, max_new_tokens=12)[0, prompt:].tolist()
+    assert stopped == [o, k, end]
+    # The same model with </s> as the only end token runs through the end of its turn.
+    ran_on = model.generate(**inputs, max_new_tokens=12, eos_token_id=2)[0, prompt:].tolist()
+    assert ran_on[:6] == [o, k, end, bang, o, k] and len(ran_on) == 12
+
+    chat = pipeline("text-generation", model=str(folder), tokenizer=str(folder))
+    reply = chat(messages, max_new_tokens=12)[0]["generated_text"]
+    assert reply[:-1] == messages
+    assert reply[-1] == {"role": "assistant", "content": "OK"}
+
+
+def test_base_export_ends_generation_at_eos_only(fp32_export):
+    generation = json.loads((fp32_export[0] / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == 2
+
+
+def test_legacy_rope_keys_alone_give_the_same_model(fp32_export, model):
+    """What transformers 4.x reads (rope_theta, rope_scaling) builds the RoPE of the export:
+    the config without rope_parameters gives the same logits."""
+    from transformers import ApertusConfig, ApertusForCausalLM
+
+    folder, _ = fp32_export
+    legacy = json.loads((folder / "config.json").read_text())
+    del legacy["rope_parameters"]
+    config = ApertusConfig(**{k: v for k, v in legacy.items() if k != "transformers_version"})
+    assert config.rope_parameters["rope_theta"] == 1_000_000.0
+    assert config.rope_parameters["rope_type"] == "llama3"
+    hf = ApertusForCausalLM(config)
+    hf.load_state_dict(load_file(str(folder / "model.safetensors")))
+    tokens = torch.randint(0, 320, (1, 48), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            hf.eval()(input_ids=tokens).logits, model(tokens), rtol=0, atol=1e-4
+        )
+
+
+# A transformers notice about an optional CUDA kernel package, printed for every Apertus model
+# (the Hub's own included) on a machine without it: about the environment, not the export.
+XIELU_KERNEL_NOTICE = "CUDA-fused xIELU not available"
+
+
+def test_loading_the_export_is_warning_free(chat_export):
+    import logging
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    library = logging.getLogger("transformers")
+    library.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            AutoConfig.from_pretrained(str(chat_export))
+            AutoModelForCausalLM.from_pretrained(str(chat_export))
+            tokenizer = AutoTokenizer.from_pretrained(str(chat_export))
+    finally:
+        library.removeHandler(handler)
+    messages = [r.getMessage() for r in records if XIELU_KERNEL_NOTICE not in r.getMessage()]
+    assert messages == []
+    assert [str(w.message) for w in caught] == []
+    config = json.loads((chat_export / "config.json").read_text())
+    assert tokenizer.model_max_length == config["max_position_embeddings"] == 65536
 
 
 # --------------------------------------------------------------------------------------------
@@ -419,7 +557,8 @@ def test_verification_fails_when_one_weight_is_flipped(fp32_export, workspace, b
 def test_verification_fails_with_a_wrong_rope_theta(fp32_export, workspace, batch, tmp_path):
     folder = tampered_copy(fp32_export[0], tmp_path / "theta")
     config = json.loads((folder / "config.json").read_text())
-    config["rope_parameters"]["rope_theta"] = 500_000.0
+    # Both spellings: transformers 5 reads the legacy rope_scaling / rope_theta first.
+    config["rope_parameters"]["rope_theta"] = config["rope_theta"] = 500_000.0
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ApertusError, match="max abs logit difference"):
         verify_export(workspace / "work" / "ckpt" / "step-7", MODEL, folder, batch)
@@ -578,6 +717,30 @@ def test_stage_refuses_a_missing_run_json_or_tokenizer(workspace, tmp_path):
         stage_main(stage_args(workspace, tmp_path, tmp_path / "norun"))
     with pytest.raises(ApertusError, match=r"tokenizer directory .* does not exist"):
         stage_main(stage_args(workspace, tmp_path, **{"--tokenizer": str(tmp_path / "tok")}))
+
+
+def test_stage_exports_an_intermediate_step_and_names_the_steps_there_are(
+    workspace, model, tmp_path
+):
+    """``--step N`` reads the step-N checkpoint beside the run's final one."""
+    early = MODEL.build()
+    randomize_(early, seed=9)
+    ckpt = tmp_path / "work" / "ckpt"
+    save_trainer_checkpoint(early, ckpt / "step-3")
+    save_trainer_checkpoint(model, ckpt / "step-7")
+    (ckpt / "step-5").mkdir()  # being written (no .metadata yet): not a step to offer
+    run = write_run(tmp_path, workspace, final_checkpoint=str(ckpt / "step-7"))
+    stage_main([*stage_args(workspace, tmp_path, run), "--step", "3"])
+    saved = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    for key, value in early.state_dict().items():
+        assert torch.equal(saved[hf_key(key)], value), key
+    summary = json.loads((tmp_path / "manifest.json").read_text())["summary"]
+    assert summary["step"] == 3 and summary["checkpoint"].endswith("step-3")
+
+    with pytest.raises(ApertusError) as info:
+        stage_main([*stage_args(workspace, tmp_path / "other", run), "--step", "5"])
+    assert str(info.value).endswith(f"no loadable checkpoint at step 5; steps in {ckpt}: 3, 7")
+    assert not (tmp_path / "other").exists()
 
 
 @pytest.mark.slow

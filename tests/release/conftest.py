@@ -13,6 +13,7 @@ import pytest
 
 from apertus.release.bundle import ReleaseInputs
 from apertus.release.config import ReleaseConfig
+from apertus.tokenize.tokenizer import CHAT_TEMPLATE
 
 SCORE_COLUMNS = [
     "apertus_mc/acc",
@@ -71,6 +72,7 @@ def make_export(folder: Path, seed: int) -> None:
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
+        chat_template=CHAT_TEMPLATE,
     ).save_pretrained(folder)
     (folder / "verification.json").write_text(json.dumps({"passed": True, "max_abs_diff": 0.0}))
     (folder / ".snakemake_timestamp").write_text("")

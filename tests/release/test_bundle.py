@@ -8,11 +8,15 @@ import json
 import pytest
 
 from apertus.core import ApertusError
-from apertus.release.bundle import RELEASE_MANIFEST, build_release, stage_manifests
+from apertus.core.files import NEW_FILE_MODE
+from apertus.release.bundle import CHECKSUMS, RELEASE_MANIFEST, build_release, stage_manifests
 from tests.release.conftest import release_inputs
 
 EXPECTED_FILES = {
     "README.md",
+    "SHA256SUMS",
+    "base/README.md",  # each model's card: what its Hub repository shows
+    "aligned/README.md",
     "data/funnel.json",
     "data/funnel.png",
     "evaluation/scores.csv",
@@ -57,6 +61,44 @@ def test_release_folder_holds_models_evaluation_card_and_manifest(
         ).read_bytes()
     assert summary["models"] == {"base": "ctxA", "aligned": "qrpo"}
     assert not list(run_dir.glob(".release*")), "the temporary build directory is left behind"
+
+
+def test_release_files_are_readable_by_others(run_dir, run_config, release_config):
+    # An input written 0600 (a tool's private temporary file renamed into place) must not
+    # make its copy in the release unreadable on a shared filesystem.
+    (run_dir / "evaluate" / "table" / "scores.md").chmod(0o600)
+    (run_dir / "export" / "qrpo" / "tokenizer.json").chmod(0o600)
+    out = run_dir / "release"
+    build_release(release_inputs(run_dir), release_config, run_config, out)
+    modes = {rel: (out / rel).stat().st_mode & 0o777 for rel in _files(out)}
+    assert modes == dict.fromkeys(modes, NEW_FILE_MODE)
+    assert NEW_FILE_MODE & 0o044 == 0o044  # the test's umask lets others read
+    assert all((d.stat().st_mode & 0o055) == 0o055 for d in [out, *out.rglob("*")] if d.is_dir())
+
+
+def test_sha256sums_checks_the_release_with_coreutils_alone(run_dir, run_config, release_config):
+    import shutil
+    import subprocess
+
+    if shutil.which("sha256sum") is None:
+        pytest.skip("no sha256sum on this machine")
+    out = run_dir / "release"
+    build_release(release_inputs(run_dir), release_config, run_config, out)
+    listed = [line.split("  ", 1)[1] for line in (out / CHECKSUMS).read_text().splitlines()]
+    assert set(listed) == _files(out) - {CHECKSUMS, RELEASE_MANIFEST}
+    manifest = json.loads((out / RELEASE_MANIFEST).read_text())
+    assert CHECKSUMS in manifest["artifacts"]  # the manifest vouches for the checksum file
+    check = subprocess.run(
+        ["sha256sum", "-c", CHECKSUMS], cwd=out, capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.count(": OK") == len(listed)
+    with (out / "aligned" / "config.json").open("a") as f:
+        f.write(" ")
+    check = subprocess.run(
+        ["sha256sum", "-c", CHECKSUMS], cwd=out, capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 1 and "aligned/config.json: FAILED" in check.stdout
 
 
 def test_release_manifest_lists_every_file_with_its_sha256_and_size(
@@ -139,7 +181,7 @@ def test_release_without_post_training_has_the_base_model_only(run_dir, run_conf
     assert not (out / "aligned").exists()
     assert not (out / "evaluation" / "reward_report.json").exists()
     card = (out / "README.md").read_text()
-    assert 'subfolder="base"' in card and "aligned" not in card.split("## How to load")[1]
+    assert 'repo = "base"' in card and "aligned" not in card.split("## How to use")[1]
 
 
 def test_a_broken_step_manifest_is_named(run_dir):

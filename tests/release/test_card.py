@@ -25,8 +25,9 @@ def test_card_metadata_parses_with_huggingface_hub(card_path):
     meta = metadata_load(card_path)
     assert meta["license"] == "mit"  # from the config, not the default
     assert meta["language"] == ["de", "rm"]  # "la" has no document left at the last step
-    assert meta["datasets"] == ["web", "HuggingFaceFW/fineweb-2", "owner/dataset-x"]
-    assert meta["base_model"] == "someone/apertus-fixture"
+    # Hub ids only: the local source "web" has none.
+    assert meta["datasets"] == ["HuggingFaceFW/fineweb-2", "owner/dataset-x"]
+    assert "base_model" not in meta  # trained from scratch: no self-reference
     assert meta["pipeline_tag"] == "text-generation"
     assert meta["library_name"] == "transformers"
     card = ModelCard.load(card_path)
@@ -73,8 +74,8 @@ def test_card_body_reports_the_numbers_of_the_files(card_path):
         "| greedy | qrpo | 0.2468 | 0.0476 | 0.625 |",  # reward before/after
         "k = 13, h = 29",  # Goldfish, from the config
         "peak LR 0.0042",
-        'from_pretrained(repo, subfolder="aligned")',
-        'repo = "someone/apertus-fixture"',
+        'repo = "aligned"',  # the release folder's own copy ...
+        "`someone/apertus-fixture-aligned`",  # ... and its Hub repository
         "generated sample corpus (sources `web`)",
     ):
         assert expected in body, expected
@@ -140,3 +141,32 @@ def test_the_goldfish_comparison_puts_the_two_curves_side_by_side():
     assert "without (run `phase2-no-goldfish`)" in text
     rows = [line for line in text.splitlines() if line.startswith("| 64 ")]
     assert rows == ["| 64 | 0.05 | 0.9 | 1.2 | 21.6 |"]
+
+
+def card_code(card: str) -> str:
+    return card.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_each_model_has_its_own_card_for_its_own_repository(card_path):
+    release = card_path.parent
+    base, aligned = (metadata_load(release / m / "README.md") for m in ("base", "aligned"))
+    assert "base_model" not in base  # no self-reference
+    assert aligned["base_model"] == "someone/apertus-fixture"  # the base model's repository
+    assert [e["name"] for e in base["model-index"]] == ["apertus-tiny-fixture-run/base"]
+    assert [e["name"] for e in aligned["model-index"]] == ["apertus-tiny-fixture-run/aligned"]
+    assert base["datasets"] == aligned["datasets"] == ["HuggingFaceFW/fineweb-2", "owner/dataset-x"]
+    assert 'repo = "someone/apertus-fixture"' in card_code((release / "base/README.md").read_text())
+    aligned_code = card_code((release / "aligned/README.md").read_text())
+    assert 'repo = "someone/apertus-fixture-aligned"' in aligned_code
+    assert "apply_chat_template" in aligned_code
+
+
+@pytest.mark.parametrize("model", ["base", "aligned"])
+def test_the_cards_code_runs_against_the_released_model(card_path, model, capsys):
+    """The card's snippet, pointed at the local copy of what the repository holds."""
+    folder = card_path.parent / model
+    repo = "someone/apertus-fixture" + ("-aligned" if model == "aligned" else "")
+    code = card_code((folder / "README.md").read_text())
+    exec(compile(code.replace(f'repo = "{repo}"', f"repo = {str(folder)!r}"), "card", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == (2 if model == "aligned" else 1)

@@ -6,6 +6,7 @@ HF_HOME (no stored login), and is not offline (the test session is)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ from tests.release.hub_standin import HubStandIn
 
 FAKE_TOKEN = "hf_fakeTokenForTheStandIn_9f3c2a7b"
 REPO_ID = "someone/apertus-fixture"
+ALIGNED_REPO_ID = "someone/apertus-fixture-aligned"
 
 
 @pytest.fixture
@@ -44,7 +46,11 @@ def hub_env(tmp_path: Path, endpoint: str, token: str | None = FAKE_TOKEN) -> di
         )
     }
     env.update(
-        HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"), HF_HUB_DISABLE_TELEMETRY="1"
+        HF_ENDPOINT=endpoint,
+        HF_HOME=str(tmp_path / "hf-home"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        # The stand-in speaks the legacy LFS protocol, not Xet (hub_standin.py).
+        HF_HUB_DISABLE_XET="1",
     )
     if token is not None:
         env["HF_TOKEN"] = token
@@ -73,17 +79,19 @@ def token_anywhere(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and FAKE_TOKEN.encode() in p.read_bytes()]
 
 
+def hub_config(**changes) -> str:
+    config = {"repo_id": REPO_ID, "private": True, "tag": None, "dry_run": False}
+    return json.dumps(config | {"commit_message": None} | changes)
+
+
 @pytest.mark.slow
-def test_upload_sends_the_release_in_one_tagged_commit(release, run_dir, tmp_path):
+def test_upload_sends_each_model_to_its_repository_in_one_tagged_commit(release, run_dir, tmp_path):
     receipt, manifest = run_dir / "release-upload.json", run_dir / "release-upload.manifest.json"
-    config = json.dumps(
-        {"repo_id": REPO_ID, "private": True, "tag": None, "dry_run": False, "commit_message": None}
-    )
     with HubStandIn() as hub:
         proc = upload(
             hub_env(tmp_path, hub.url),
             "--config",
-            config,
+            hub_config(),
             "--folder",
             release,
             "--receipt",
@@ -92,23 +100,54 @@ def test_upload_sends_the_release_in_one_tagged_commit(release, run_dir, tmp_pat
             manifest,
         )
         assert proc.returncode == 0, proc.stderr
-        repo = hub.repos[REPO_ID]
-        assert repo.private
-        assert len(repo.commits) == 1, "the release must arrive in one commit"
-        assert repo.files == release_files(release)  # byte for byte, hidden files left out
-        assert all(r["authorization"] == f"Bearer {FAKE_TOKEN}" for r in hub.requests)
+        assert sorted(hub.repos) == [REPO_ID, ALIGNED_REPO_ID]
         done = json.loads(receipt.read_text())
-        assert done["commit"] == repo.commits[0]["oid"]
-        assert repo.tags == {done["tag"]: done["commit"]}
+        for model, repo_id, entry in zip(
+            ("base", "aligned"), (REPO_ID, ALIGNED_REPO_ID), done["repos"], strict=True
+        ):
+            repo = hub.repos[repo_id]
+            assert repo.private
+            assert len(repo.commits) == 1, "a model must arrive in one commit"
+            # The model's folder at the root, its card included, byte for byte.
+            assert repo.files == release_files(release / model)
+            assert "README.md" in repo.files and "config.json" in repo.files
+            assert entry["model"] == model and entry["commit"] == repo.commits[0]["oid"]
+            assert repo.tags == {done["tag"]: entry["commit"]}
+            assert repo.commits[0]["summary"] == f"Release {done['tag']}"
+            assert sorted(f["path"] for f in entry["files"]) == sorted(repo.files)
+        assert all(r["authorization"] == f"Bearer {FAKE_TOKEN}" for r in hub.requests)
         assert done["tag"].startswith("fixture-run-")
-        assert repo.commits[0]["summary"] == f"Release {done['tag']}"
-        assert sorted(f["path"] for f in done["files"]) == sorted(repo.files)
     step = json.loads(manifest.read_text())
-    assert step["stage"] == "release" and step["summary"]["commit"] == done["commit"]
+    assert step["stage"] == "release"
+    assert step["summary"]["repos"] == {r["repo_id"]: r["commit"] for r in done["repos"]}
     # The token is handed to huggingface_hub only: no file of the run, no output carries it.
     assert token_anywhere(run_dir) == []
     assert token_anywhere(tmp_path) == []
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
+
+
+def test_large_files_go_as_lfs_and_stale_files_are_deleted_in_the_same_commit(release, tmp_path):
+    weights = release / "base" / "model.safetensors"
+    with HubStandIn(lfs_threshold=1024) as hub:
+        env = hub_env(tmp_path, hub.url)
+        first = upload(env, "--config", hub_config(tag="first"), "--folder", release)
+        assert first.returncode == 0, first.stderr
+        base = hub.repos[REPO_ID]
+        # Above the threshold: sent through the LFS batch API, committed by its sha256.
+        sha = hashlib.sha256(weights.read_bytes()).hexdigest()
+        assert weights.stat().st_size > 1024 and base.lfs["model.safetensors"] == sha
+        assert base.files["model.safetensors"] == weights.read_bytes()
+        assert "config.json" not in base.lfs  # small files inline
+        assert any(r["method"] == "PUT" for r in hub.requests)
+
+        # The next release no longer has a file the first one had.
+        (release / "base" / "verification.json").unlink()
+        second = upload(env, "--config", hub_config(tag="second"), "--folder", release)
+        assert second.returncode == 0, second.stderr
+        assert len(base.commits) == 2
+        assert base.commits[1]["deleted"] == ["verification.json"]
+        assert base.files == release_files(release / "base")
+        assert hub.repos[ALIGNED_REPO_ID].commits[1]["deleted"] == []
 
 
 def test_without_a_token_nothing_is_sent(release, tmp_path):
@@ -148,12 +187,16 @@ def test_dry_run_lists_the_files_and_sends_nothing(release, tmp_path):
         )
         assert proc.returncode == 0, proc.stderr
         assert hub.requests == []
-    files = release_files(release)
     listed = json.loads(receipt.read_text())
-    assert listed["dry_run"] and listed["commit"] is None
-    assert {f["path"]: f["size"] for f in listed["files"]} == {k: len(v) for k, v in files.items()}
-    for path in files:
-        assert path in proc.stdout
+    assert listed["dry_run"]
+    for model, entry in zip(("base", "aligned"), listed["repos"], strict=True):
+        files = release_files(release / model)
+        assert entry["commit"] is None
+        assert {f["path"]: f["size"] for f in entry["files"]} == {
+            k: len(v) for k, v in files.items()
+        }
+        for path in files:
+            assert f"{entry['repo_id']}  {path}" in proc.stdout
 
 
 def test_offline_mode_refuses_the_upload(release, tmp_path):
@@ -171,4 +214,5 @@ def test_a_refused_commit_is_a_clear_error_and_leaves_the_repo_empty(release, tm
         assert "refused committing" in proc.stderr and "HTTP 403" in proc.stderr
         assert "nothing was committed" in proc.stderr
         assert hub.repos[REPO_ID].files == {} and hub.repos[REPO_ID].tags == {}
+        assert ALIGNED_REPO_ID not in hub.repos  # stopped at the first refusal
         assert FAKE_TOKEN not in proc.stderr

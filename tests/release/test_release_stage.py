@@ -126,10 +126,13 @@ def test_the_pipeline_uploads_to_a_hub_stand_in_and_writes_the_token_nowhere(def
             proc = run_tool("snakemake", *args, env=env, timeout=600)
             assert proc.returncode == 0, proc.stdout + proc.stderr
         receipt = json.loads((default_run / "release-upload.json").read_text())
-        repo = hub.repos["tester/apertus-e2e"]
-        assert repo.private and len(repo.commits) == 1
-        assert repo.files == release_files(default_run / "release")
-        assert receipt["repo_id"] == "tester/apertus-e2e"
+        # One repository per released model, its folder at the root.
+        repos = {"base": "tester/apertus-e2e", "aligned": "tester/apertus-e2e-aligned"}
+        for model, repo_id in repos.items():
+            repo = hub.repos[repo_id]
+            assert repo.private and len(repo.commits) == 1
+            assert repo.files == release_files(default_run / "release" / model)
+        assert {r["model"]: r["repo_id"] for r in receipt["repos"]} == repos
         assert {r["authorization"] for r in hub.requests} == {f"Bearer {FAKE_TOKEN}"}
         written = [default_run.parent, REPO / ".snakemake"]
         leaks = [p for root in written for p in token_anywhere(root)]

@@ -29,6 +29,8 @@ from apertus.tokenize.shards import (
     write_heldout,
     write_token_shards,
 )
+from apertus.tokenize.tokenizer import SPECIAL_TOKENS, check_special_tokens, encode_documents
+from tests.tokenize.hub_tokenizers import save_apertus_layout_tokenizer, save_hub_tokenizer
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 BOS, EOS = 1, 2
@@ -242,14 +244,106 @@ def test_datatrove_eos_option_would_drop_the_bos_so_it_is_left_unset(world, tmp_
     assert as_used.encode(text).ids == world.hf(text)["input_ids"]
 
 
-def test_a_tokenizer_without_bos_framing_is_refused(world, tmp_path):
+def _training_docs(world, tokenizer_dir: Path) -> Counter:
+    """The web source's training documents as `encode_documents` frames them: <s> ... </s>."""
+    from transformers import AutoTokenizer
+
+    training = [r["text"] for r in world.rows["web"] if r["id"] not in world.heldout]
+    hf = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    return Counter(map(tuple, encode_documents(hf, [t for t in training if t.strip()])))
+
+
+def _token_files(directory: Path) -> dict[str, bytes]:
+    return {n: b for n, b in dir_bytes(directory).items() if n.endswith((".ds", ".ds.index"))}
+
+
+def test_shards_are_framed_bos_eos_whatever_the_tokenizer_post_processor_adds(world, tmp_path):
+    # Hub tokenizers for causal LMs add <s> only; others add both, or nothing; the same BPE with
+    # each, saved as the Hub saves it, gives byte-identical <s> ... </s> shards.
+    texts = [r["text"] for r in world.rows["web"][:50]]
+    token_files = {}
+    for framing in ("bos", "both", "none"):
+        tokenizer_dir = save_hub_tokenizer(tmp_path / framing, framing, texts=texts)
+        out = tmp_path / f"shards-{framing}"
+        summary = write_token_shards(
+            world.corpus,
+            "web",
+            tokenizer_dir,
+            out,
+            exclude_ids=world.heldout,
+            seed=7,
+            logging_dir=tmp_path / "logs" / framing,
+        )
+        stored = shard_docs(out)
+        assert Counter(stored) == _training_docs(world, tokenizer_dir)
+        assert all(doc[0] == BOS and doc[-1] == EOS for doc in stored)
+        assert BOS not in {doc[1] for doc in stored} and EOS not in {doc[-2] for doc in stored}
+        assert verify_shards(out)["vocab_size"] == summary["vocab_size"] == 1024
+        token_files[framing] = _token_files(out)
+    assert token_files["bos"] == token_files["both"] == token_files["none"]
+
+
+def test_an_eos_only_tokenizer_gets_its_bos_too(world, tmp_path):
     texts = [r["text"] for r in world.rows["web"][:50]]
     eos_only = save_tokenizer(bpe_tokenizer(texts, template="$A </s>"), tmp_path / "eos_only")
-    with pytest.raises(ApertusError, match=r"BOS \.\.\. EOS"):
+    write_token_shards(
+        world.corpus,
+        "web",
+        eos_only,
+        tmp_path / "out",
+        exclude_ids=world.heldout,
+        seed=0,
+        logging_dir=tmp_path / "logs",
+    )
+    assert Counter(shard_docs(tmp_path / "out")) == _training_docs(world, eos_only)
+
+
+def test_a_bos_only_tokenizer_with_the_apertus_layout_gives_uint32_bos_eos_shards(world, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = save_apertus_layout_tokenizer(
+        tmp_path / "apertus", texts=[r["text"] for r in world.rows["web"][:50]]
+    )
+    hf = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    assert len(hf) == 131072 and check_special_tokens(hf, SPECIAL_TOKENS)["adds_eos"] is False
+    text = world.rows["web"][0]["text"]
+    assert hf(text)["input_ids"] == [BOS, *hf(text, add_special_tokens=False)["input_ids"]]
+
+    summary = write_token_shards(
+        world.corpus,
+        "web",
+        tokenizer_dir,
+        tmp_path / "out",
+        exclude_ids=world.heldout,
+        seed=7,
+        logging_dir=tmp_path / "logs",
+    )
+    checksums = verify_shards(tmp_path / "out")
+    assert (summary["dtype"], checksums["vocab_size"]) == ("uint32", 131072)
+    assert (checksums["bos_token_id"], checksums["eos_token_id"]) == (BOS, EOS)
+    assert Counter(shard_docs(tmp_path / "out")) == _training_docs(world, tokenizer_dir)
+    # The tokenizer on disk is left as it was: still BOS-only for `transformers` at inference.
+    post_processor = json.loads((tokenizer_dir / "tokenizer.json").read_text())["post_processor"]
+    assert "</s>" not in json.dumps(post_processor)
+
+    heldout = write_heldout(world.corpus, world.heldout, tmp_path / "heldout", tokenizer_dir)
+    framed = encode_documents(
+        hf, [r["text"] for r in read_corpus(world.corpus) if r["id"] in world.heldout]
+    )
+    assert heldout["tokens"] == sum(map(len, framed))
+
+
+def test_a_tokenizer_without_eos_is_refused(world, tmp_path):
+    texts = [r["text"] for r in world.rows["web"][:50]]
+    directory = save_tokenizer(bpe_tokenizer(texts), tmp_path / "no_eos")
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    del config["eos_token"]
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ApertusError, match="no BOS or no EOS"):
         write_token_shards(
             world.corpus,
             "web",
-            eos_only,
+            directory,
             tmp_path / "out",
             exclude_ids=set(),
             seed=0,

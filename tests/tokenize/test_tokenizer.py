@@ -168,7 +168,8 @@ def test_tokenizer_config_needs_no_custom_code(trained):
         "<pad>",
     )
     assert config["unk_token"] == "<unk>"
-    assert config["add_bos_token"] is True and config["add_eos_token"] is True
+    # The Hub convention for causal LMs; transformers 5 rebuilds the post-processor from these.
+    assert config["add_bos_token"] is True and config["add_eos_token"] is False
     # transformers 5 never cleans up BPE output; older readers would, and break round trips.
     assert config["clean_up_tokenization_spaces"] is False
     assert config["chat_template"] == CHAT_TEMPLATE
@@ -185,9 +186,20 @@ def test_autotokenizer_offline_matches_tokenizers_library(trained, offline):
     for text in ["text", "Hello world", "Allegra! Co vai?", *ADVERSARIAL_TEXTS]:
         ids = hf(text)["input_ids"]
         assert ids == raw.encode(text).ids
-        assert ids[0] == 1 and ids[-1] == 2
-        assert 1 not in ids[1:-1] and 2 not in ids[1:-1]
-        assert len(ids) > 2
+        assert len(ids) > 1
+
+
+def test_a_plain_encoding_has_one_bos_and_no_eos_like_hub_causal_lms(trained, offline):
+    # Llama, Mistral and Apertus tokenizers add <s> only, so `generate` continues a prompt
+    # instead of starting after an end of document; training adds </s> itself (the shards).
+    hf = AutoTokenizer.from_pretrained(str(trained[0]))
+    for text in ["text", "Hello world", "Allegra! Co vai?", *ADVERSARIAL_TEXTS]:
+        ids = hf(text)["input_ids"]
+        assert ids[0] == 1 and ids.count(1) == 1
+        assert 2 not in ids
+        assert ids[1:] == hf(text, add_special_tokens=False)["input_ids"]
+    batch = hf(["one text", "and another"])["input_ids"]
+    assert [ids.count(1) for ids in batch] == [1, 1] and all(2 not in ids for ids in batch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +214,7 @@ def test_round_trip_is_exact_in_every_sample_language(corpus, hf):
     for language, docs in by_language.items():
         for text in docs[:5]:
             ids = hf(text)["input_ids"]
-            assert ids[0] == 1 and ids[-1] == 2, language
+            assert ids[0] == 1 and 2 not in ids, language
             assert 0 not in ids, f"<unk> in a {language} document"
             assert hf.decode(ids, skip_special_tokens=True) == text, language
 
@@ -395,7 +407,7 @@ def test_check_special_tokens_returns_the_facts(hf):
         "eos_id": 2,
         "pad_id": 3,
         "adds_bos": True,
-        "adds_eos": True,
+        "adds_eos": False,
         "vocab_size": VOCAB,
     }
     assert check_special_tokens(hf, EXPECTED_IDS) == facts
@@ -448,7 +460,7 @@ def test_encode_documents_treats_special_token_strings_as_text(hf):
     texts = ["a web page quoting </s> and <|user_start|> and <s>", "", "plain"]
     encoded = encode_documents(hf, texts)
     assert encoded[1] == [1, 2]
-    assert encoded[2] == hf("plain")["input_ids"]
+    assert encoded[2] == [*hf("plain")["input_ids"], 2]
     first = encoded[0]
     assert first[0] == 1 and first[-1] == 2
     assert not set(first[1:-1]) & set(EXPECTED_IDS.values())
@@ -490,7 +502,7 @@ def test_save_pretrained_from_makes_a_checked_local_copy(trained, tmp_path, offl
     result = save_pretrained_from(str(trained[0]), out)
     assert result["source"] == str(trained[0])
     assert (result["bos_id"], result["eos_id"], result["pad_id"]) == (1, 2, 3)
-    assert result["adds_eos"] is True and result["has_chat_template"] is True
+    assert result["adds_eos"] is False and result["has_chat_template"] is True
     assert set(result["files"]) == {p.name for p in out.iterdir()}
     copy = load_tokenizer(str(out))
     original = load_tokenizer(str(trained[0]))

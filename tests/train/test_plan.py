@@ -65,6 +65,7 @@ def test_the_control_run_is_its_phase_without_goldfish(tmp_path, monkeypatch):
     import apertus.train.stage as stage
 
     monkeypatch.setattr(stage, "phase_steps", lambda *args, **kwargs: 10)
+    monkeypatch.setattr(stage, "vocabulary_cover", lambda *args: {})
     cfg = pretrain(goldfish_control="phase1", long_context=[])
     phase = stage.run_spec(cfg, "phase1", tmp_path, None)
     control = stage.run_spec(cfg, "phase1-no-goldfish", tmp_path, None)

@@ -73,6 +73,7 @@ def test_the_settings_a_config_shares_with_its_runs_are_checked_once():
         "compile",
         "device",
         "tensor_parallel",
+        "wandb",
     }
     assert issubclass(RunSpec, TrainingSettings)
 

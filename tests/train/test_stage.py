@@ -23,6 +23,7 @@ from apertus.train.stage import (
     phase_steps,
     run_spec,
     unigram_entropy,
+    vocabulary_cover,
     work_directory,
 )
 from tests.train.test_torchtitan import build_phase
@@ -56,6 +57,15 @@ def test_steps_are_whole_batches_of_windows(phases):
     assert phase_steps(phases / "phase1", 64, BatchRamp.constant(8)) == tokens // 65 // 8
     with pytest.raises(ApertusError, match="fewer than one batch"):
         phase_steps(phases / "phase1", 64, BatchRamp.constant(10**9))
+
+
+def test_the_embedding_grows_only_for_data_with_more_ids_than_the_flavor(phases, tmp_path):
+    assert vocabulary_cover("tiny", phases / "phase1") == {}  # 256 ids, 8192 rows: unchanged
+    record = json.loads((phases / "phase1" / "phase.json").read_text())
+    (tmp_path / "phase.json").write_text(json.dumps({**record, "vocab_size": 131072}))
+    # A Hub tokenizer of the Apertus layout with the tiny flavor: every id needs a row.
+    assert vocabulary_cover("tiny", tmp_path) == {"vocab_size": 131072}
+    assert vocabulary_cover("8b", tmp_path) == {}
 
 
 def test_phases_share_one_schedule_and_long_context_starts_fresh(phases):

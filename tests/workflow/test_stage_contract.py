@@ -111,9 +111,9 @@ def toy_workflow(tmp_path):
         }
     schema_path.write_text(yaml.safe_dump(schema))
     (tmp_path / "workflow" / "rules" / "toy.smk").write_text(textwrap.dedent(TOY_RULES))
-    (tmp_path / "Snakefile").write_text(
-        'include: "workflow/rules/common.smk"\n'
-        'include: "workflow/rules/toy.smk"\n\n\n'
+    (tmp_path / "workflow" / "Snakefile").write_text(
+        'include: "rules/common.smk"\n'
+        'include: "rules/toy.smk"\n\n\n'
         "check_stage_contract()\n\n\n"
         "rule all:\n    default_target: True\n    input:\n        TARGETS,\n"
     )

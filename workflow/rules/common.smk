@@ -31,7 +31,14 @@ except ImportError as e:
     ) from None
 
 
-configfile: "config/config.yaml"
+# The default config beside the workflow (the checkout's, or the installed package's copy),
+# whatever the working directory.
+DEFAULT_CONFIGFILE = os.path.normpath(
+    os.path.join(workflow.basedir, "..", "config", "config.yaml")
+)
+
+
+configfile: DEFAULT_CONFIGFILE
 
 
 envvars:
@@ -41,7 +48,7 @@ envvars:
 def config_sources():
     """Where the config came from, in merge order, for error messages."""
     cli = workflow.config_settings
-    files = ["config/config.yaml", *map(str, cli.configfiles)]
+    files = [DEFAULT_CONFIGFILE, *map(str, cli.configfiles)]
     return files + [f"--config {arg}" for arg in cli.config_args or []]
 
 
@@ -53,7 +60,7 @@ def config_sources():
 try:
     if workflow.is_main_process:
         # Snakemake read the files already; read again, a key given twice in one is refused.
-        for path in ["config/config.yaml", *workflow.config_settings.configfiles]:
+        for path in [DEFAULT_CONFIGFILE, *workflow.config_settings.configfiles]:
             load_yaml(path)
     validate_config(
         config,

@@ -50,8 +50,6 @@ rule data_sample:
         log_path("data", "sample"),
     benchmark:
         benchmark_path("data", "sample")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("data"),
@@ -74,8 +72,8 @@ rule data_robots:
         log_path("data", "robots"),
     benchmark:
         benchmark_path("data", "robots")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: fetches robots.txt files (real runs), nodes may lack network.
+    localrule: True
     threads: 1
     resources:
         **stage_job_resources("data"),
@@ -102,8 +100,6 @@ rule data_classifiers:
         log_path("data", "classifiers"),
     benchmark:
         benchmark_path("data", "classifiers")
-    conda:
-        "../../environment.yml"
     threads: stage_threads("data")
     resources:
         **stage_job_resources("data"),
@@ -134,8 +130,6 @@ rule data_filter:
     wildcard_constraints:
         source="|".join(DATA_SOURCE_FILES),
         shard=r"\d+",
-    conda:
-        "../../environment.yml"
     threads: stage_threads("data")
     resources:
         **stage_job_resources("data"),
@@ -172,8 +166,6 @@ rule data_dedup:
         log_path("data", "dedup"),
     benchmark:
         benchmark_path("data", "dedup")
-    conda:
-        "../../environment.yml"
     threads: stage_threads("data")
     resources:
         **stage_job_resources("data"),
@@ -198,8 +190,6 @@ rule data_select:
         log_path("data", "select"),
     benchmark:
         benchmark_path("data", "select")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("data"),
@@ -233,8 +223,8 @@ rule data_funnel:
         log_path("data", "funnel"),
     benchmark:
         benchmark_path("data", "funnel")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: sums the filter stages' counts.
+    localrule: True
     threads: 1
     resources:
         **stage_job_resources("data"),
@@ -255,8 +245,6 @@ rule data_probes:
         log_path("data", "probes"),
     benchmark:
         benchmark_path("data", "probes")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("data"),

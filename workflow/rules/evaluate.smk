@@ -13,6 +13,11 @@ EVALUATE_CHECKPOINTS = PRETRAIN_TRAINED + POSTTRAIN_STAGES
 EVALUATE_MEMORIZATION = config["data"]["probes"]["enabled"]
 
 
+# No `group:` for a checkpoint's export, evaluation and memorization (one GPU allocation for
+# the three): tried with snakemake-executor-plugin-slurm 2.8.0 and -jobstep 0.6.1, the group's
+# one `srun` asked for the resources Snakemake recomputes inside the job (layers run side by
+# side: 2 CPUs, 2 nodes) and failed "More processors requested than permitted" on the local
+# cluster (profiles/slurm-local). Each step is its own SLURM job.
 rule export_checkpoint:
     input:
         run=lambda wildcards: evaluate_run_dir(wildcards.stage),
@@ -27,19 +32,19 @@ rule export_checkpoint:
         benchmark_path("export", "{stage}")
     wildcard_constraints:
         stage="|".join(EVALUATE_CHECKPOINTS),
-    conda:
-        "../../environment.yml"
     threads: stage_threads("evaluate")
     resources:
         **stage_job_resources("evaluate"),
     params:
         code=step_code("apertus.export.stage"),
         config=stage_config("export"),
+        # SFT and QRPO are chat models: their generation also ends at <|assistant_end|>.
+        chat=lambda wildcards: "--chat" if wildcards.stage in POSTTRAIN_STAGES else "",
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.export.stage --config {params.config:q}"
         " --manifest {output.manifest}"
         " --run {input.run} --tokenizer {input.tokenizer} --heldout {input.heldout}"
-        " --output {output.out} > {log} 2>&1"
+        " --output {output.out} {params.chat} > {log} 2>&1"
 
 
 rule evaluate_tasks:
@@ -52,8 +57,6 @@ rule evaluate_tasks:
         log_path("evaluate", "tasks"),
     benchmark:
         benchmark_path("evaluate", "tasks")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         # CPU work: no GPU asked for on a cluster.
@@ -80,8 +83,6 @@ rule evaluate_checkpoint:
         benchmark_path("evaluate", "lm_eval-{stage}")
     wildcard_constraints:
         stage="|".join(EVALUATE_CHECKPOINTS),
-    conda:
-        "../../environment.yml"
     threads: stage_threads("evaluate")
     resources:
         **stage_job_resources("evaluate"),
@@ -123,8 +124,6 @@ rule evaluate_memorization:
         benchmark_path("evaluate", "memorization-{stage}")
     wildcard_constraints:
         stage="|".join(EVALUATE_CHECKPOINTS),
-    conda:
-        "../../environment.yml"
     threads: stage_threads("evaluate")
     resources:
         **stage_job_resources("evaluate"),
@@ -158,8 +157,8 @@ rule evaluate_table:
         log_path("evaluate", "table"),
     benchmark:
         benchmark_path("evaluate", "table")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: one small table across checkpoints.
+    localrule: True
     threads: 1
     resources:
         # CPU work: no GPU asked for on a cluster.

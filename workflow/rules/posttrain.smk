@@ -26,8 +26,6 @@ rule posttrain_instructions:
         log_path("posttrain", "instructions"),
     benchmark:
         benchmark_path("posttrain", "instructions")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         # CPU work: no GPU asked for on a cluster.
@@ -52,8 +50,6 @@ rule posttrain_sft_data:
         log_path("posttrain", "sft_data"),
     benchmark:
         benchmark_path("posttrain", "sft_data")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         # CPU work: no GPU asked for on a cluster.
@@ -81,8 +77,6 @@ rule posttrain_sft:
     benchmark:
         benchmark_path("posttrain", "sft")
     priority: 10  # the critical path, as pretraining
-    conda:
-        "../../environment.yml"
     threads: stage_threads("posttrain")
     resources:
         **stage_job_resources("posttrain"),
@@ -110,8 +104,6 @@ rule posttrain_qrpo_sample:
     benchmark:
         benchmark_path("posttrain", "qrpo_samples")
     priority: 10  # the critical path, as pretraining
-    conda:
-        "../../environment.yml"
     threads: stage_threads("posttrain")
     resources:
         **stage_job_resources("posttrain"),
@@ -137,8 +129,6 @@ rule posttrain_qrpo_score:
     benchmark:
         benchmark_path("posttrain", "qrpo_scored")
     priority: 10  # the critical path, as pretraining
-    conda:
-        "../../environment.yml"
     threads: stage_threads("posttrain")
     resources:
         **stage_job_resources("posttrain"),
@@ -164,8 +154,6 @@ rule posttrain_qrpo:
     benchmark:
         benchmark_path("posttrain", "qrpo")
     priority: 10  # the critical path, as pretraining
-    conda:
-        "../../environment.yml"
     threads: stage_threads("posttrain")
     resources:
         **stage_job_resources("posttrain"),
@@ -198,8 +186,6 @@ rule posttrain_heldout:
         benchmark_path("posttrain", "heldout-{policy}")
     wildcard_constraints:
         policy="|".join(POSTTRAIN_STAGES),
-    conda:
-        "../../environment.yml"
     threads: stage_threads("evaluate")
     resources:
         **stage_job_resources("evaluate"),
@@ -225,8 +211,8 @@ rule posttrain_report:
         log_path("posttrain", "reward_report"),
     benchmark:
         benchmark_path("posttrain", "reward_report")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: a small summary of the reward runs.
+    localrule: True
     threads: 1
     resources:
         # CPU work: no GPU asked for on a cluster.

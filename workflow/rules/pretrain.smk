@@ -52,8 +52,6 @@ rule pretrain_stage:
         stage="|".join(PRETRAIN_TRAINED),
     # Training is the run's critical path: ahead of evaluations when both are ready.
     priority: 10
-    conda:
-        "../../environment.yml"
     threads: pretrain_threads
     resources:
         **{

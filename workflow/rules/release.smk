@@ -1,7 +1,7 @@
 # Release (RECIPE.md §9): the base model (last pretraining stage) and the aligned model (QRPO)
 # in Hugging Face format with the evaluation table, the memorization curve, the reward report,
-# the data funnel, a model card and RELEASE-MANIFEST.json in one folder; then, when
-# `release.hub.repo_id` is set, that folder pushed to the Hub in one tagged commit.
+# the data funnel, model cards, SHA256SUMS and RELEASE-MANIFEST.json in one folder; then, when
+# `release.hub.repo_id` is set, each model pushed to its own Hub repository in one tagged commit.
 # Included LAST by the Snakefile: it reads TARGETS, every other stage's final outputs.
 # Code: apertus/release/. Config: `release:` (config/README.md). Tests: tests/release/.
 
@@ -50,8 +50,8 @@ rule release:
         log_path("release", "folder"),
     benchmark:
         benchmark_path("release", "folder")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: copies the exports and reports into one folder.
+    localrule: True
     threads: 1
     resources:
         **stage_job_resources("default"),
@@ -105,8 +105,8 @@ rule release_upload:
         log_path("release", "upload"),
     benchmark:
         benchmark_path("release", "upload")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: uploads to the Hugging Face Hub, nodes may lack network.
+    localrule: True
     threads: 1
     resources:
         **stage_job_resources("default"),

@@ -36,8 +36,8 @@ rule report_training:
         benchmark_path("report", "training-{stage}")
     wildcard_constraints:
         stage="|".join(REPORT_TRAINING),
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: one plot of a training run's metrics.
+    localrule: True
     threads: 1
     resources:
         **stage_job_resources("default"),
@@ -141,8 +141,8 @@ rule report_summary:
         log_path("report", "summary"),
     benchmark:
         benchmark_path("report", "summary")
-    conda:
-        "../../environment.yml"
+    # Not a cluster job: gathers the other stages' files, computes nothing.
+    localrule: True
     threads: 1
     resources:
         **stage_job_resources("default"),

@@ -30,8 +30,6 @@ rule tokenize_split:
         log_path("tokenize", "split"),
     benchmark:
         benchmark_path("tokenize", "split")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("tokenize"),
@@ -54,8 +52,6 @@ rule tokenize_tokenizer:
         log_path("tokenize", "tokenizer"),
     benchmark:
         benchmark_path("tokenize", "tokenizer")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("tokenize"),
@@ -80,8 +76,6 @@ rule tokenize_heldout:
         log_path("tokenize", "heldout"),
     benchmark:
         benchmark_path("tokenize", "heldout")
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("tokenize"),
@@ -112,8 +106,6 @@ rule tokenize_shards:
         benchmark_path("tokenize", "shards-{source}")
     wildcard_constraints:
         source="|".join(TOKENIZE_SOURCES),
-    conda:
-        "../../environment.yml"
     threads: stage_threads("tokenize")
     resources:
         **stage_job_resources("tokenize"),
@@ -145,8 +137,6 @@ rule tokenize_phase:
         benchmark_path("tokenize", "phase-{phase}")
     wildcard_constraints:
         phase="|".join(TOKENIZE_PHASES),
-    conda:
-        "../../environment.yml"
     threads: 1
     resources:
         **stage_job_resources("tokenize"),
