@@ -12,6 +12,9 @@
                     [-- ARGS]                    which jobs a change re-runs, and why
     apertus status [--configfile FILE ...] [KEY=VALUE ...] [--results-dir DIR --run NAME]
                    [--json]                      each stage of a run: done, running, stale...
+    apertus export RUN_DIR STAGE --output DIR [--step N] [--configfile FILE ...] [KEY=VALUE ...]
+                                 a training stage's checkpoint (any kept step) as a verified
+                                 Hugging Face folder
     apertus code show MODULE      the files and package versions a step's code digest covers
     apertus code pin|unpin RUN_DIR FILE ...   count FILE as the run last ran it (no re-run)
     apertus rulegraph [--check]   regenerate the DAG diagram in README.md
@@ -167,6 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--run", help="name of the run")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
+    export = commands.add_parser(
+        "export",
+        help="export a training stage's final or intermediate checkpoint as a verified Hugging "
+        "Face folder (what the pipeline's export step does, for any step the run kept)",
+        description="Reads RUN_DIR/{pretrain,posttrain}/STAGE/run.json, the run's tokenizer "
+        "(RUN_DIR/tokenize/tokenizer) and held-out documents (RUN_DIR/tokenize/heldout); the "
+        "`export:` section comes from the config sources. Writes DIR and DIR.manifest.json.",
+    )
+    export.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="results/<run>")
+    export.add_argument("stage", metavar="STAGE", help="a training stage: phase1, sft, qrpo...")
+    export.add_argument("--output", type=Path, required=True, metavar="DIR", help="a new folder")
+    export.add_argument("--step", type=int, help="the step-N checkpoint (default: the final one)")
+    _add_config_sources(export)
+
     code = commands.add_parser(
         "code",
         help="the code a step runs (its digest and files), and pinning code on purpose",
@@ -225,6 +242,38 @@ def _code(args: argparse.Namespace) -> int:
     pins = set_pins(args.run_dir, args.files, pin=args.action == "pin")
     print(json.dumps({"pins": pins}, indent=2))
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    """`python -m apertus.export.stage` on a finished run's files, as the export rule calls it
+    (chat end tokens for post-training stages)."""
+    kinds = [
+        kind for kind in ("pretrain", "posttrain") if (args.run_dir / kind / args.stage).is_dir()
+    ]
+    if not kinds:
+        raise ApertusError(
+            f"{args.run_dir} has no training stage {args.stage!r} (neither pretrain/{args.stage} "
+            f"nor posttrain/{args.stage})"
+        )
+    if args.output.exists():
+        raise ApertusError(f"{args.output} exists: name a new folder for the export")
+    training = args.run_dir / kinds[0] / args.stage
+    config = load_config(args.configfile, args.overrides)["export"]
+    command = [
+        sys.executable, "-m", "apertus.export.stage",
+        "--config", json.dumps(config, sort_keys=True),
+        "--manifest", f"{args.output}.manifest.json",
+        "--run", str(training),
+        "--tokenizer", str(args.run_dir / "tokenize" / "tokenizer"),
+        "--heldout", str(args.run_dir / "tokenize" / "heldout"),
+        "--output", str(args.output),
+    ]  # fmt: skip
+    if args.step is not None:
+        command += ["--step", str(args.step)]
+    if kinds[0] == "posttrain":
+        command.append("--chat")
+    preexec = child_dies_with_us(signal.SIGTERM)
+    return subprocess.run(command, check=False, preexec_fn=preexec).returncode
 
 
 def _config_docs(check: bool, write: bool) -> int:
@@ -301,6 +350,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "code":
         return _code(args)
+    if args.command == "export":
+        return _export(args)
     if args.command == "rulegraph":
         return update_readme(check=args.check)
     if args.command == "version":

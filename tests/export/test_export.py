@@ -24,6 +24,7 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+from apertus import cli
 from apertus.core import ApertusError
 from apertus.export.hf import (
     TRAINER_STATES,
@@ -833,3 +834,32 @@ def test_export_of_a_two_step_torchtitan_run(workspace, tmp_path):
     for i in range(MODEL.n_layers):
         assert saved[f"model.layers.{i}.mlp.act_fn.beta"].item() == 0.5
         assert torch.equal(saved[f"model.layers.{i}.mlp.act_fn.eps"], torch.tensor(-1e-6))
+
+
+@pytest.mark.slow
+def test_apertus_export_command_exports_a_kept_step_of_a_run_folder(workspace, model, tmp_path):
+    """`apertus export RUN_DIR STAGE --step N` finds the stage, tokenizer and held-out documents
+    in a run folder's layout and runs the export step on them."""
+    early = MODEL.build()
+    randomize_(early, seed=11)
+    run_dir = tmp_path / "results" / "toy"
+    stage = run_dir / "pretrain" / "phase1"
+    ckpt = stage / "_work" / "ckpt"
+    save_trainer_checkpoint(early, ckpt / "step-3")
+    save_trainer_checkpoint(model, ckpt / "step-7")
+    write_run(tmp_path, workspace, final_checkpoint=str(ckpt / "step-7"))
+    shutil.copytree(tmp_path / "run", stage, dirs_exist_ok=True)
+    shutil.copytree(workspace / "tokenizer", run_dir / "tokenize" / "tokenizer")
+    shutil.copytree(workspace / "heldout", run_dir / "tokenize" / "heldout")
+    out = tmp_path / "phase1-step-3"
+    assert cli.run(["export", str(run_dir), "phase1", "--step", "3", "--output", str(out)]) == 0
+    saved = load_file(str(out / "model.safetensors"))
+    for key, value in early.state_dict().items():
+        assert torch.equal(saved[hf_key(key)], value), key
+    summary = json.loads(Path(f"{out}.manifest.json").read_text())["summary"]
+    assert summary["step"] == 3 and (out / "verification.json").is_file()
+
+    with pytest.raises(ApertusError, match="exists: name a new folder"):
+        cli.run(["export", str(run_dir), "phase1", "--output", str(out)])
+    with pytest.raises(ApertusError, match=r"no training stage 'sft' \(neither pretrain/sft"):
+        cli.run(["export", str(run_dir), "sft", "--output", str(tmp_path / "x")])
