@@ -45,6 +45,7 @@ class Source(Config, key="data.sources[]"):
 class Robots(Config, key="data.robots"):
     enabled: bool
     agents: tuple[str, ...]
+    reading: str
     directory: str | None
     concurrency: int
     timeout: float

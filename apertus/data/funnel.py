@@ -2,7 +2,9 @@
 
 `FunnelCheckpoint` steps sit between the filters of a datatrove pipeline and count what passes;
 `merge_funnel` sums the checkpoints of every job into one table, where the documents a filter
-removed are the difference between the checkpoints before and after it.
+removed are the difference between the checkpoints before and after it. The "read" checkpoint
+also carries the records its reader skipped (bad lines, empty or corrupt files), per source and
+reason, which never became documents and so never appear as a removal.
 """
 
 from __future__ import annotations
@@ -38,16 +40,21 @@ def doc_language(doc) -> str:
 
 
 class FunnelCheckpoint(PipelineStep):
-    """Counts the documents and characters per language that reach this point of the pipeline."""
+    """Counts the documents and characters per language that reach this point of the pipeline.
+
+    Given `skips_of` (the reader step right before it), it also records the reader's
+    `skipped_<reason>` counters under the reader's source, once the reader is exhausted.
+    """
 
     name = "📊 funnel"
     type = "📊 - STATS"
 
-    def __init__(self, step: str, output_dir: str | Path, job: str):
+    def __init__(self, step: str, output_dir: str | Path, job: str, skips_of=None):
         super().__init__()
         if step not in FUNNEL_STEPS:
             raise ValueError(f"unknown funnel step {step!r}; known: {', '.join(FUNNEL_STEPS)}")
         self.step, self.output_dir, self.job = step, str(output_dir), job
+        self.skips_of = skips_of
 
     def run(self, data, rank: int = 0, world_size: int = 1):
         counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -56,23 +63,40 @@ class FunnelCheckpoint(PipelineStep):
             entry[0] += 1
             entry[1] += len(doc.text)
             yield doc
-        atomic_write_json(
-            Path(self.output_dir) / f"{self.step}.{self.job}.{rank:05d}.json",
-            {
-                "step": self.step,
-                "languages": {
-                    lang: {"documents": d, "characters": c} for lang, (d, c) in counts.items()
-                },
+        checkpoint: dict[str, Any] = {
+            "step": self.step,
+            "languages": {
+                lang: {"documents": d, "characters": c} for lang, (d, c) in counts.items()
             },
+        }
+        if self.skips_of is not None:
+            checkpoint["skipped"] = {self.skips_of.source.name: reader_skips(self.skips_of)}
+        atomic_write_json(
+            Path(self.output_dir) / f"{self.step}.{self.job}.{rank:05d}.json", checkpoint
         )
+
+
+def reader_skips(reader) -> dict[str, int]:
+    """{reason: records} out of a reader step's `skipped_<reason>` counters."""
+    return {
+        name.removeprefix("skipped_"): int(getattr(value, "total", value))
+        for name, value in reader.stats.stats.items()
+        if name.startswith("skipped_")
+    }
 
 
 def merge_funnel(checkpoint_files: list[Path]) -> dict[str, Any]:
     """Sum checkpoint files into {steps, languages: {lang: [{step, documents, characters,
-    removed_documents, removed_characters}]}, total: [...]}, steps in FUNNEL_STEPS order."""
+    removed_documents, removed_characters}]}, total: [...], skipped: {source: {reason: records}}},
+    steps in FUNNEL_STEPS order."""
     sums: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    skipped: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for path in checkpoint_files:
         data = json.loads(Path(path).read_text())
+        for source, reasons in data.get("skipped", {}).items():
+            per_reason = skipped[source]  # listed even when its reader skipped nothing
+            for reason, n in reasons.items():
+                per_reason[reason] += n
         for lang, c in data["languages"].items():
             entry = sums[data["step"]][lang]
             entry[0] += c["documents"]
@@ -97,6 +121,7 @@ def merge_funnel(checkpoint_files: list[Path]) -> dict[str, Any]:
         "steps": steps,
         "languages": {lang: rows([lang]) for lang in languages},
         "total": rows(languages),
+        "skipped": {source: dict(sorted(r.items())) for source, r in sorted(skipped.items())},
     }
 
 
@@ -155,6 +180,7 @@ def main(argv=None):
         atomic_write_json(args.json, funnel)
         plot_funnel(funnel, args.plot)
         step.summary["total"] = funnel["total"]
+        step.summary["skipped"] = funnel["skipped"]
 
 
 if __name__ == "__main__":

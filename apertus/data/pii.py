@@ -9,8 +9,12 @@ Every pattern errs on the side of keeping text: a web corpus is full of version 
 times, ISBNs, prices, MAC addresses and `std::` identifiers that look like PII to a naive regex,
 and replacing those would damage exactly the technical text a model should learn from. Each
 pattern therefore matches a candidate by shape and, where the shape alone is ambiguous, checks it
-(IPv6 with `ipaddress`, IBANs with the ISO 13616 mod-97 checksum, phone numbers by prefix, digit
-count and separators). The decisions are commented where they are made.
+(IPv6 with `ipaddress`, IBANs with the ISO 13616 mod-97 checksum, emails by a TLD whitelist,
+phone numbers by prefix, digit count, separators, and a phone word before a number with no
+distinctive prefix). Addresses are read in any script: letters of scripts written with spaces
+may form an address, and Han, kana or Thai text may touch one without becoming part of it. The
+decisions are commented where they are made; `tests/data/pii_adversarial.py` is the adversarial
+set they are measured on.
 
 `redact(text)` is the pure function; `PIIFormatter` is the datatrove block that applies it to the
 documents whose `kind` is not exempt and counts what it replaced.
@@ -50,16 +54,40 @@ PLACEHOLDERS: dict[str, str] = {
 # - phone last: it is the loosest pattern, so it only sees digits that no stricter kind claimed.
 _ORDER: tuple[str, ...] = ("email", "iban", "ipv6", "ipv4", "phone")
 
-# Letters of the Latin-1/Latin Extended, Greek and Cyrillic blocks, so that "müller@beispiel.de"
-# or "иван@пример.рф" are caught whole. CJK and Thai are left out on purpose: those scripts write
-# without spaces, and "请联系john@example.com获取" must not swallow the surrounding words.
-_INTL_LETTERS = (
+# Letters (and the combining marks that Indic, Thai and Arabic words need) of the scripts written
+# with spaces between words: Latin, Greek, Cyrillic, Armenian, Hebrew, Arabic, the Indic scripts,
+# Georgian, Ethiopic, Hangul. Their punctuation (Arabic comma, Devanagari danda, ...) is left out.
+_SPACED_LETTERS = (
     "\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f"  # Latin-1 and Latin Extended letters
+    "\u0300-\u036f"  # combining diacritics
     "\u0386\u0388-\u03ff"  # Greek, without the ano teleia (a punctuation mark)
-    "\u0400-\u0481\u048a-\u04ff"  # Cyrillic, without the combining marks
+    "\u0400-\u0481\u048a-\u052f"  # Cyrillic, without the combining marks
+    "\u0531-\u0556\u0561-\u0587"  # Armenian
+    "\u05d0-\u05ea"  # Hebrew
+    "\u0620-\u064a\u0660-\u0669\u066e-\u06d3\u06d5\u06f0-\u06ff"  # Arabic, Persian
+    "\u064b-\u065f"  # Arabic vowel marks
+    "\u0900-\u0963\u0966-\u0dff"  # Devanagari to Sinhala, without the dandas
+    "\u10a0-\u10ff"  # Georgian
+    "\u1200-\u1360\u1369-\u137f"  # Ethiopic, without its punctuation
+    "\u1100-\u11ff\u3131-\u318e\uac00-\ud7a3"  # Hangul
+    "\u1e00-\u1fff"  # Latin Extended Additional (Vietnamese), Greek Extended
 )
-_LETTER = "A-Za-z" + _INTL_LETTERS
-_ALNUM = "A-Za-z0-9" + _INTL_LETTERS
+# Scripts written without spaces (Han, kana, Thai, Lao, Khmer, Myanmar). A word of these runs into
+# its neighbours, so an address is either all of such letters or has none: in
+# "请联系john@example.com获取" the address is "john@example.com", and "ユーザー@例え.テスト" is one.
+_UNSPACED_LETTERS = (
+    "\u0e01-\u0e3a\u0e40-\u0e4e\u0e81-\u0edf"  # Thai, Lao
+    "\u1000-\u103f\u1780-\u17d3"  # Myanmar, Khmer
+    "\u3005\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff"  # kana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Han
+)
+_INTL_LETTERS = _SPACED_LETTERS
+_LETTER = "A-Za-z" + _SPACED_LETTERS
+_ALNUM = "A-Za-z0-9" + _SPACED_LETTERS
+_CJK = _UNSPACED_LETTERS
+# What a number or an address must not touch: a letter or digit of a spaced script, or '_'.
+# Han, kana and Thai may touch: "服务器地址是203.0.114.9" ends in an address.
+_WORD = "0-9A-Za-z_" + _SPACED_LETTERS
 
 
 @dataclass(frozen=True)
@@ -83,28 +111,112 @@ _EMAIL = re.compile(
     # Start only where a local part can begin: not after an address character, nor after one
     # followed by a single dot. This keeps the scan linear (a long run without '@' is read once,
     # not once per starting position), and an ellipsis ("see...john@example.com") is not part
-    # of the address: local parts are dot-separated atoms, never two dots in a row.
-    rf"(?<![{_ALNUM}_%+\-])(?<![{_ALNUM}_%+\-]\.)"
-    rf"(?P<pii>[{_ALNUM}_%+\-]+(?:\.[{_ALNUM}_%+\-]+)*"
+    # of the address: local parts are dot-separated atoms, never two dots in a row. An apostrophe
+    # joins two atoms ("o'brien@example.ie") but never starts or ends one (quoted addresses).
+    r"(?P<pii>"
+    rf"(?:(?<![{_ALNUM}_%+\-])(?<![{_ALNUM}_%+\-][.'\u2019])"
+    rf"[{_ALNUM}_%+\-]+(?:['\u2019][{_ALNUM}_%+\-]+)*(?:\.[{_ALNUM}_%+\-]+(?:['\u2019][{_ALNUM}_%+\-]+)*)*"
+    # A local part of an unspaced script is the whole run of its letters before the '@'.
+    rf"|(?<![{_CJK}])[{_CJK}]+(?:\.[{_CJK}]+)*)"
     r"@"
     # The domain needs at least one dot: "user@localhost" and shell prompts like
     # "root@server:~$" name an account on one machine, not a routable address of a person.
-    rf"(?:[{_ALNUM}](?:[{_ALNUM}\-]*[{_ALNUM}])?\.)+"
-    # The TLD is letters (or an IDN in punycode), so "pkg@1.2.3" and "@scope/pkg@2.0" stay, and a
-    # sentence's final dot is not taken: "mail john@example.com." keeps its full stop.
-    rf"(?:[{_LETTER}]{{2,63}}|xn--[A-Za-z0-9\-]{{1,59}}))"
-    rf"(?![{_ALNUM}_\-])"
+    rf"(?:[{_ALNUM}{_CJK}](?:[{_ALNUM}{_CJK}\-]*[{_ALNUM}{_CJK}])?\.)+"
+    # The TLD is letters of one script (or an IDN in punycode), so "pkg@1.2.3" and "@scope/pkg@2.0"
+    # stay, a sentence's final dot is not taken ("mail john@example.com."), and an ASCII TLD ends
+    # where an unspaced script begins ("john@example.com获取").
+    r"(?:(?P<ascii_tld>[A-Za-z]{2,63})(?![A-Za-z0-9_\-])"
+    r"|xn--[A-Za-z0-9\-]{1,59}(?![A-Za-z0-9_\-])"
+    rf"|[{_SPACED_LETTERS}]{{2,63}}(?![{_ALNUM}_\-])"
+    rf"|(?P<cjk_tld>[{_CJK}]{{1,63}})))"
 )
 
-# Retina image names ("logo@2x.png") have the shape of an address; none of these is a TLD.
-_FILE_EXTENSIONS = frozenset(
-    {"png", "jpg", "jpeg", "gif", "svg", "webp", "bmp", "ico", "tif", "tiff", "avif", "heic"}
-)
+# ASCII TLDs: every country code and the generic TLDs that people's addresses use. A whitelist, so
+# that code with an '@' operator or decorator ("inputs@model.weight", "report@v2.pdf",
+# "this@MainActivity.startActivity") is not read as an address. Left out on purpose: the gTLDs
+# that are also file extensions or attribute names in code (zip, mov, cat, name, int, email,
+# style, run, ...); "py" stays as Paraguay's code.
+_COUNTRY_TLDS = frozenset(
+    {
+        "ac", "ad", "ae", "af", "ag", "ai", "al", "am", "ao", "aq", "ar", "as", "at", "au", "aw",
+        "ax", "az", "ba", "bb", "bd", "be", "bf", "bg", "bh", "bi", "bj", "bm", "bn", "bo", "br",
+        "bs", "bt", "bw", "by", "bz", "ca", "cc", "cd", "cf", "cg", "ch", "ci", "ck", "cl", "cm",
+        "cn", "co", "cr", "cu", "cv", "cw", "cx", "cy", "cz", "de", "dj", "dk", "dm", "do", "dz",
+        "ec", "ee", "eg", "er", "es", "et", "eu", "fi", "fj", "fk", "fm", "fo", "fr", "ga", "gd",
+        "ge", "gf", "gg", "gh", "gi", "gl", "gm", "gn", "gp", "gq", "gr", "gs", "gt", "gu", "gw",
+        "gy", "hk", "hm", "hn", "hr", "ht", "hu", "id", "ie", "il", "im", "in", "io", "iq", "ir",
+        "is", "it", "je", "jm", "jo", "jp", "ke", "kg", "kh", "ki", "km", "kn", "kp", "kr", "kw",
+        "ky", "kz", "la", "lb", "lc", "li", "lk", "lr", "ls", "lt", "lu", "lv", "ly", "ma", "mc",
+        "md", "me", "mg", "mh", "mk", "ml", "mm", "mn", "mo", "mp", "mq", "mr", "ms", "mt", "mu",
+        "mv", "mw", "mx", "my", "mz", "na", "nc", "ne", "nf", "ng", "ni", "nl", "no", "np", "nr",
+        "nu", "nz", "om", "pa", "pe", "pf", "pg", "ph", "pk", "pl", "pm", "pn", "pr", "ps", "pt",
+        "pw", "py", "qa", "re", "ro", "rs", "ru", "rw", "sa", "sb", "sc", "sd", "se", "sg", "sh",
+        "si", "sk", "sl", "sm", "sn", "so", "sr", "ss", "st", "su", "sv", "sx", "sy", "sz", "tc",
+        "td", "tf", "tg", "th", "tj", "tk", "tl", "tm", "tn", "to", "tr", "tt", "tv", "tw", "tz",
+        "ua", "ug", "uk", "us", "uy", "uz", "va", "vc", "ve", "vg", "vi", "vn", "vu", "wf", "ws",
+        "ye", "yt", "za", "zm", "zw"
+    }
+)  # fmt: skip
+# With the names reserved for documentation and tests (RFC 2606), used in examples as such.
+_GENERIC_TLDS = frozenset(
+    {
+        "com", "net", "org", "edu", "gov", "mil", "info", "biz", "pro", "aero", "coop", "museum",
+        "mobi", "asia", "tel", "travel", "jobs", "arpa", "app", "dev", "blog", "shop", "store",
+        "online", "site", "website", "web", "tech", "xyz", "top", "club", "live", "news",
+        "digital", "agency", "company", "solutions", "services", "network", "systems", "media",
+        "group", "global", "world", "art", "design", "studio", "space", "life", "today", "center",
+        "centre", "cloud", "link", "hosting", "academy", "science", "university", "school",
+        "education", "college", "law", "legal", "consulting", "finance", "financial", "bank",
+        "insurance", "health", "care", "clinic", "dental", "hospital", "church", "photography",
+        "photos", "gallery", "music", "film", "social", "community", "family", "love", "fashion",
+        "luxury", "wine", "beer", "pizza", "restaurant", "cafe", "coffee", "bar", "pub", "kitchen",
+        "recipes", "food", "farm", "garden", "house", "home", "homes", "properties", "realty",
+        "estate", "apartments", "land", "city", "town", "events", "expert", "guru", "ninja",
+        "rocks", "team", "support", "help", "tips", "guide", "press", "foundation", "charity",
+        "ngo", "ong", "gmbh", "ltd", "llc", "inc", "co", "swiss", "berlin", "hamburg", "koeln",
+        "bayern", "nrw", "ruhr", "wien", "tirol", "zuerich", "paris", "london", "nyc", "tokyo",
+        "moscow", "amsterdam", "brussels", "vlaanderen", "madrid", "barcelona", "istanbul",
+        "dubai", "africa", "lat", "eus", "cymru", "wales", "scot", "bzh", "quebec", "kiwi",
+        "sydney", "melbourne", "energy", "solar", "green", "eco", "earth", "partners", "ventures",
+        "capital", "fund", "investments", "money", "exchange", "market", "markets", "trade",
+        "trading", "mba", "phd", "doctor", "lawyer", "attorney", "engineer", "engineering",
+        "software", "technology", "computer", "domains", "vip", "fyi", "wiki", "io", "ai", "me",
+        "tv", "fm", "am", "sh", "ly", "gg", "example", "test"
+    }
+)  # fmt: skip
+# CJK and Thai TLDs, to know where a TLD ends that touches the next word ("例え.テストです").
+_UNSPACED_TLDS = frozenset(
+    {
+        "中国", "中國", "公司", "网络", "網絡", "香港", "台灣", "台湾", "新加坡",
+        "澳門", "澳门", "みんな", "コム", "世界", "游戏", "企业", "商城", "在线",
+        "中文网", "网址", "网店", "手机", "信息", "健康", "商店", "娱乐", "我爱你",
+        "移动", "时尚", "微博", "集团", "购物", "政务", "公益", "慈善", "机构",
+        "组织机构", "書籍", "招聘", "广东", "政府", "テスト", "测试", "測試",
+        "日本", "ไทย"
+    }
+)  # fmt: skip
 
 
 def _accept_email(match: re.Match[str]) -> int | None:
-    tld = match.group("pii").rsplit(".", 1)[1].lower()
-    return None if tld in _FILE_EXTENSIONS else match.end("pii")
+    end = match.end("pii")
+    # A call or an index after it ("q@k.transpose(-2, -1)"): matrix products and decorators.
+    if match.string[end : end + 1] in ("(", "["):
+        return None
+    tld = match.group("ascii_tld")
+    if tld is not None:
+        # camelCase is an identifier ("startActivity"); a TLD is one case.
+        if not (tld.islower() or tld.isupper() or tld.istitle()):
+            return None
+        tld = tld.lower()
+        return end if tld in _COUNTRY_TLDS or tld in _GENERIC_TLDS else None
+    cjk_tld = match.group("cjk_tld")
+    if cjk_tld is not None:
+        # The TLD runs on into the words after it: end it after the longest known TLD.
+        for n in range(min(len(cjk_tld), 4), 0, -1):
+            if cjk_tld[:n] in _UNSPACED_TLDS:
+                return match.start("cjk_tld") + n
+        return end if len(cjk_tld) >= 2 else None
+    return end
 
 
 # --- IBAN ----------------------------------------------------------------------------------------
@@ -137,9 +249,12 @@ _IBAN = re.compile(
     r"(?<![A-Za-z0-9])"
     r"(?P<pii>[A-Z]{2}[0-9]{2}"
     # Written unspaced (the electronic form) or in groups of four with a shorter last group
-    # (the paper form). Only upper case: lower-case IBANs are rare and "de12abc..." is often a
-    # hash or an identifier.
-    r"(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,3})?))"
+    # (the paper form), separated by spaces (also the no-break spaces of typeset text) or by
+    # hyphens, one kind throughout. Only upper case: lower-case IBANs are rare and "de12abc..."
+    # is often a hash or an identifier.
+    r"(?:[A-Z0-9]{11,30}"
+    r"|(?P<sep>[ \u00a0\u2009\u202f\-])[A-Z0-9]{4}(?:(?P=sep)[A-Z0-9]{4}){1,6}"
+    r"(?:(?P=sep)[A-Z0-9]{1,3})?))"
     r"(?![A-Za-z0-9])"
 )
 
@@ -151,21 +266,25 @@ def _iban_checksum_ok(iban: str) -> bool:
     return int("".join(str(int(c, 36)) for c in rearranged)) % 97 == 1
 
 
+_IBAN_SEPARATORS = re.compile(r"[ \u00a0\u2009\u202f\-]")
+
+
 def _valid_iban(candidate: str) -> bool:
     if _RECIPE_IBAN.fullmatch(candidate):
         return True
-    compact = candidate.replace(" ", "")
+    compact = _IBAN_SEPARATORS.sub("", candidate)
     return _IBAN_LENGTHS.get(compact[:2]) == len(compact) and _iban_checksum_ok(compact)
 
 
 def _accept_iban(match: re.Match[str]) -> int | None:
     candidate = match.group("pii")
     start = match.start("pii")
-    if " " not in candidate:
+    sep = match.group("sep")
+    if sep is None:
         return match.end("pii") if _valid_iban(candidate) else None
     # A grouped IBAN may run into a following upper-case word or code ("... 1332 SEPA"): the
     # pattern takes it as one more group, so try the candidate and then shorter group prefixes.
-    ends = [i for i, c in enumerate(candidate) if c == " "] + [len(candidate)]
+    ends = [i for i, c in enumerate(candidate) if c == sep] + [len(candidate)]
     for end in reversed(ends[2:]):
         if _valid_iban(candidate[:end]):
             return start + end
@@ -175,15 +294,23 @@ def _accept_iban(match: re.Match[str]) -> int | None:
 # --- IPv6 ----------------------------------------------------------------------------------------
 
 _IPV6 = re.compile(
-    # Not inside a word or a longer colon/dot sequence: "std::vector", "u8::MAX", "a.b::c".
-    r"(?<![\w:.])"
+    # Not inside a word or a longer colon/dot sequence: "std::vector", "u8::MAX", "a.b::c"; but
+    # after the tag of an address literal ("[IPv6:2001:db8::1]") or ifconfig's "addr:".
+    rf"(?:(?<=[Ii][Pp][Vv]6:)|(?<=addr:)|(?<![{_WORD}:.]))"
     r"(?P<pii>(?:[0-9A-Fa-f]{1,4})?(?::[0-9A-Fa-f]{0,4}){2,7}"
     # Mixed form: the last hex group is also the first octet of an IPv4 tail (::ffff:192.0.2.1).
     r"(?:(?:\.[0-9]{1,3}){3})?"
     # Zone id (fe80::1%eth0); letters, digits, '_' and '-' only, so a final full stop stays.
     r"(?:%[0-9A-Za-z_\-]{1,32})?)"
-    r"(?![\w:])(?!\.[0-9])"
+    rf"(?![{_WORD}:])(?!\.[0-9])"
 )
+
+# Slices and proportions ("a[1::2]", "2:3::4:6") are valid compressed IPv6 by syntax. Real
+# addresses have a hex letter or a group of three or more digits ("2001:db8::1", "fe80::1",
+# "64:ff9b::"); the loopback "::1" is the exception. Decimal-only colon runs that index something
+# ("x[::1]", "a[100::200]") are slices; an address in brackets follows "//", "@" or a space.
+_DECIMAL_AND_COLONS = re.compile(r"[0-9:]*")
+_SLICE_BEFORE = re.compile(r"[\w)\]]\[\Z")
 
 
 def _accept_ipv6(match: re.Match[str]) -> int | None:
@@ -194,6 +321,12 @@ def _accept_ipv6(match: re.Match[str]) -> int | None:
     # but in text they are identifiers, and real addresses ("fe80::1", "2001:db8::") have digits.
     if not any(c.isdigit() for c in candidate):
         return None
+    if _DECIMAL_AND_COLONS.fullmatch(candidate):
+        start = match.start("pii")
+        if _SLICE_BEFORE.search(match.string, max(0, start - 2), start):
+            return None
+        if candidate != "::1" and all(len(g) <= 2 for g in candidate.split(":")):
+            return None
     try:
         ipaddress.IPv6Address(candidate)
     except ValueError:
@@ -214,11 +347,11 @@ def _accept_ipv6(match: re.Match[str]) -> int | None:
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = re.compile(
     # Not after a letter, digit or dot: "v1.2.3.4", "build1.2.3.4", or the tail of "1.2.3.4.5".
-    r"(?<![\w.])"
+    rf"(?<![{_WORD}.])"
     rf"(?P<pii>{_OCTET}(?:\.{_OCTET}){{3}})"
     # Not before a letter/digit or ".digit": "1.2.3.4.5" is a longer dotted sequence, and
     # "10.0.19041.1" fails on the octet > 255 anyway. "1.2.3.4." at a sentence end is kept.
-    r"(?!\w)(?!\.[0-9])"
+    rf"(?![{_WORD}])(?!\.[0-9])"
 )
 
 # A dotted quad right after one of these words is a version or a section number, not an address
@@ -245,37 +378,80 @@ def _accept_ipv4(match: re.Match[str]) -> int | None:
 # typography writes "06 12 34 56 78"), a hyphen, a dot or a slash ("030/1234567").
 _SPACE = "[ \u00a0\u2009\u202f]"
 _PHONE_SEP = rf"(?:{_SPACE}|[\-./])"
+# Words that announce a phone number, in the corpus's languages. After one of them a number may
+# have no distinctive prefix ("Teléfono: 612 345 678", "Tel. 44 668 18 00", "电话 138 0013 8000").
+_PHONE_WORDS = (
+    r"(?i:\b(?:tel|tél|tele?fon[eo]?|telephone|téléphone|teléfono|telemóvel|telefonnummer"
+    r"|phone|ph|mobile?|mob|cell|call|fax|whatsapp|handy|natel|tlf|puh|gsm|kom|hotline"
+    r"|тел|телефон|моб|τηλ|τηλέφωνο|điện thoại|sđt|telp|हाटफ|फ़ोन|फोन|मोबाइल|هاتف|جوال"
+    r"|전화)\.?|电话|電話|手机|携帯|โทร)"
+)
+# An extension after the number: "212.555.0199x123", "212-555-0199 ext. 42".
+_EXTENSION = rf"(?:{_SPACE}?(?:[xX]|[eE]xt\.?|#){_SPACE}?[0-9]{{1,6}})"
+# The word, then at most a few spaces or punctuation marks, then the number.
+_ANNOUNCED = re.compile(rf"{_PHONE_WORDS}[^\w\n]{{0,4}}\Z")
 _PHONE = re.compile(
     # Not inside a word or a number, nor in a URL path or query ("/item/044-668-18-00",
     # "?id=0446681800"), nor after another sign or a decimal point ("+-", "1.044"); after an
-    # abbreviation's dot it may start ("Tel.+41 44 668 18 00").
-    r"(?<![\w+/=&#%\-])(?<![0-9][.,])"
+    # abbreviation's dot it may start ("Tel.+41 44 668 18 00"), and after Han or kana too.
+    rf"(?<![{_WORD}+/=&#%\-])(?<![0-9][.,])"
     r"(?P<pii>"
     # A phone number starts with what only phone numbers start with; this is what keeps dates
     # (2024-03-15, 15.03.2024), year ranges (1990-2000), prices (1'234.50, 1,299.00), postal codes
     # (8001), ISBNs (978-3-16-148410-0, 0-306-40615-2), versions and plain integers out:
     r"(?:"
     r"(?:\+|00)[1-9][0-9]*+"  # international: +41 ..., 0041 ...
-    r"|\((?:0[0-9]{1,4}|[2-9][0-9]{2})\)"  # area code in parentheses: (044), (555)
+    r"|\(\+[1-9][0-9]{0,2}\)"  # country code in parentheses: (+41) 44 ...
+    r"|\((?:0[0-9]{1,4}|[1-9][0-9]{1,2})\)"  # area code in parentheses: (044), (555), (11)
     r"|0[1-9][0-9]*+"  # national trunk prefix 0 and an area code: 044, 030, 06
+    # The Russian trunk prefix 8 and the North American 1 before an area code: 8 (495) ...,
+    # 1 (800) ...
+    rf"|[18]{_SPACE}?\([0-9]{{3,5}}\)"
     r")"
-    # Then digit groups, each after one separator ("(0)" and "(555)" may be followed directly);
-    # possessive, so a group sequence is never re-split to find a shorter match inside it.
-    rf"(?:(?:{_PHONE_SEP}|(?<=\)){_SPACE}?)(?:\([0-9]{{1,5}}\)|[0-9]++)){{0,16}}+"
+    # Then digit groups, each after one separator ("(0)" and "(555)" may be followed directly,
+    # "(0)" may follow directly: "+44(0)20"); possessive, so a group sequence is never re-split
+    # to find a shorter match inside it.
+    rf"(?:(?:{_PHONE_SEP}|(?<=\)){_SPACE}?|(?=\())(?:\([0-9]{{1,5}}\)|[0-9]++)){{0,16}}+"
+    rf"{_EXTENSION}?"
     # The number ends here: no letter or digit, and no further separated digit group (a long
     # table of numbers is not a phone number; it fails here rather than being cut in pieces).
-    rf"(?!\w)(?!{_PHONE_SEP}[0-9])"
+    rf"(?![{_WORD}])(?!{_PHONE_SEP}[0-9])"
     # North American numbers without a country code have no distinctive prefix, so only their
-    # exact shape with one kind of separator: 555-123-4567, 555.123.4567, 1-800-555-0199.
-    r"|(?:1[\-. ])?[2-9][0-9]{2}(?P<nanp_sep>[\-.])[0-9]{3}(?P=nanp_sep)[0-9]{4}"
-    r"(?!\w)(?![\-.][0-9])"
+    # exact shape with one kind of separator: 555-123-4567, 555.123.4567, 555 123 4567,
+    # 1-800-555-0199.
+    r"|(?:1[\-. ])?[2-9][0-9]{2}(?P<nanp_sep>[\-. ])[0-9]{3}(?P=nanp_sep)[0-9]{4}"
+    rf"{_EXTENSION}?"
+    rf"(?![{_WORD}])(?![\-.][0-9])"
+    # Any other number of a phone number's shape is one only when a phone word announces it
+    # ("Teléfono: 612 345 678", "Tel. 44 668 18 00"): checked by `_accept_phone`.
+    # Not after a thousands mark, and with spaces or hyphens only: a rejected candidate hides
+    # what it covers, and "1'234.50 044 668 18 00" holds a number of the first branch.
+    rf"|(?<!['\u2019])"
+    r"(?P<bare>[1-9][0-9]{0,4}(?:[ \u00a0\-][0-9]{2,5}){1,5}+|[1-9][0-9]{7,11})"
+    rf"{_EXTENSION}?"
+    rf"(?![{_WORD}])(?!{_PHONE_SEP}[0-9])"
     r")"
 )
 
 _PHONE_SEPARATORS = re.compile(rf"{_SPACE}|[\-./]|\)|\(")
+_EXTENSION_AT_END = re.compile(rf"{_EXTENSION}\Z")
 # Day/month/year in any order a date is written with one separator repeated: "03/15/2024",
 # "15.03.2024", "01 02 2024", "05-06-24".
 _DATE = re.compile(r"([0-9]{1,2})([./\- ])([0-9]{1,2})\2([0-9]{4}|[0-9]{2})")
+# Numbers of other kinds with a phone number's digits, separators and prefixes:
+# US ZIP+4 codes (02139-4307), ISSNs (0317-8471, 2049-363X), MAC addresses written with
+# hyphens (08-00-27-12-34-56). After a phone word they are read as phone numbers.
+_NOT_PHONE_SHAPES = re.compile(
+    r"[0-9]{5}-[0-9]{4}|[0-9]{4}-[0-9]{3}[0-9Xx]|[0-9]{2}([\-:. ])[0-9]{2}(?:\1[0-9]{2}){4}"
+)
+# Year ranges are never phone numbers, whatever word precedes them ("Tel Aviv 2019-2023").
+_YEAR_RANGE = re.compile(r"(?:1[89]|20)[0-9]{2}[\-/](?:(?:1[89]|20)?[0-9]{2})")
+# An amount or a count follows: "+12 345 678 €", "+1 234 567 USD", "+3 120 000 people".
+_AMOUNT_AFTER = re.compile(
+    rf"{_SPACE}?(?:[€$£¥₽₹₩%‰]|[A-Z]{{3}}(?![A-Za-z])"
+    r"|(?:k?m[²2]?|kg|t|mi|ft|people|persons|inhabitants|Einwohner|habitants|habitantes"
+    r"|euros?|Euro|dollars?|francs?|rubles?|yuan|yen|users|views|votes|tonnes|tons)\b)"
+)
 
 
 def _looks_like_date(candidate: str) -> bool:
@@ -287,7 +463,9 @@ def _looks_like_date(candidate: str) -> bool:
     return plausible_year and 1 <= a <= 31 and 1 <= b <= 31 and min(a, b) <= 12
 
 
-def _phone_ok(candidate: str) -> bool:
+def _phone_ok(candidate: str, announced: bool = False) -> bool:
+    if candidate.startswith("(+"):
+        candidate = candidate[1:].replace(")", "", 1)
     digits = sum(c.isdigit() for c in candidate)
     separators = [s for s in _PHONE_SEPARATORS.findall(candidate) if s not in "()"]
     international = candidate.startswith(("+", "00"))
@@ -299,16 +477,36 @@ def _phone_ok(candidate: str) -> bool:
             return False
         if not (7 if separators else 9) <= national <= 15:
             return False
-    else:
-        # Unspaced digit strings starting with 0 are usually IDs, zip+4 codes, article or
-        # account numbers; a national number is written with at least one separator.
-        if not separators and "(" not in candidate:
+        # North America (+1) has ten digits after the country code, always.
+        if candidate.lstrip("+0").startswith("1") and national != 11:
             return False
-        if not 7 <= digits <= 15:
+        # A signed number grouped in thousands: "+12 345 678", "+3 120 000".
+        groups = re.split(r"[^0-9]+", candidate.lstrip("+"))
+        if 2 <= len(groups) <= 3 and all(len(g) == 3 for g in groups[1:]):
+            return False
+    elif candidate[0] in "123456789" and not announced:
+        # Only "8 (495) ..." and "1 (800) ...": other bare starts need a phone word.
+        if candidate[0] not in "18" or "(" not in candidate[:3]:
+            return False
+        if not (10 if candidate[0] == "8" else 11) <= digits <= 11:
+            return False
+    else:
+        # Unspaced digit strings are usually IDs, zip+4 codes, article or account numbers; a
+        # national number is written with at least one separator, unless a phone word says so.
+        if not separators and "(" not in candidate and not (announced and digits >= 8):
+            return False
+        if not (6 if announced else 7) <= digits <= 15:
             return False
     # Dots do not mix with other separators in a phone number; they do in opening hours
     # ("09.00-17.00") and decimal ranges.
     if "." in separators and any(s != "." for s in separators):
+        return False
+    # Nor do slashes with hyphens: "555-123-4567 24/7" is a number and a time of service.
+    if "/" in separators and "-" in separators:
+        return False
+    if _YEAR_RANGE.fullmatch(candidate):
+        return False
+    if _NOT_PHONE_SHAPES.fullmatch(candidate) and not announced:
         return False
     return not _looks_like_date(candidate)
 
@@ -324,20 +522,35 @@ def _split_last_token(candidate: str) -> tuple[str, str] | None:
 
 
 def _accept_phone(match: re.Match[str]) -> int | None:
-    if match.group("nanp_sep"):
-        return match.end("pii")
+    end = match.end("pii")
     candidate = match.group("pii")
+    # Only a signed or an unprefixed number can be an amount; "044 668 18 00 CHF" is a number
+    # and a word that follows it.
+    if candidate[0] in "+123456789" and _AMOUNT_AFTER.match(match.string, end):
+        return None
+    extension = _EXTENSION_AT_END.search(candidate)
+    if extension:
+        # The extension is part of the span; the checks read the number before it.
+        candidate = candidate[: extension.start()]
+    if match.group("nanp_sep"):
+        return end
+    start = match.start("pii")
+    announced = _ANNOUNCED.search(match.string, max(0, start - 24), start) is not None
+    if match.group("bare") and not announced:
+        return None
     # A phone number written before another number ("044 668 18 00 15.03.2024", "... 12:30")
     # is read as one long candidate. Its last space-separated token is dropped when that token
     # is a number of its own: it runs on after the candidate, or it has inner separators (a
     # date, a range, a version). Plain trailing groups are never dropped: "02 03 04 05 06 07 08
     # 09" is a table of numbers, not a phone number followed by one.
-    if _RUNS_ON.match(match.string, match.end("pii")):
+    if not extension and _RUNS_ON.match(match.string, end):
         split = _split_last_token(candidate)
         if split is None:
             return None
         candidate = split[0]
-    while not _phone_ok(candidate):
+    elif extension:
+        return end if _phone_ok(candidate, announced) else None
+    while not _phone_ok(candidate, announced):
         split = _split_last_token(candidate)
         if split is None or not re.search(r"[\-./]", split[1]):
             return None

@@ -149,11 +149,11 @@ def filter_steps(
         LanguageTagger(
             backend=lang.backend, model_path=lang.model_path, trust_hint_for=lang.trust_hint_for
         ),
-        FunnelCheckpoint("read", funnel_dir, job),
+        FunnelCheckpoint("read", funnel_dir, job, skips_of=reader),
     ]
     if cfg.robots.enabled:
         steps += [
-            RobotsFilter(str(snapshot), agents=cfg.robots.agents),
+            RobotsFilter(str(snapshot), agents=cfg.robots.agents, reading=cfg.robots.reading),
             FunnelCheckpoint("robots", funnel_dir, job),
         ]
     steps += [

@@ -3,19 +3,24 @@
 Every reader maps the source's fields onto the document contract of `apertus.data` (text, id,
 and metadata `source`, `kind`, `url`, `language_hint`). Bad input never crashes the stage and
 is never dropped silently: malformed JSON lines, missing or non-text text fields, non-UTF-8
-bytes, empty files and truncated or corrupt files are skipped and counted per reason in the
-step's stats, with the first few examples of each reason logged with file and line.
+bytes, empty files, truncated or corrupt files and compressed files whose codec is not
+installed are skipped and counted per reason in the step's stats, with the first few examples of
+each reason logged with file and line (file and row for Parquet).
 """
 
 from __future__ import annotations
 
+import glob
 import gzip
+import importlib.util
 import logging
+import lzma
 import zlib
 from collections import Counter
 from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
+from datatrove.io import has_magic
 from datatrove.pipeline.readers import HuggingFaceDatasetReader, ParquetReader
 from datatrove.pipeline.readers.base import BaseDiskReader
 
@@ -25,6 +30,21 @@ log = logging.getLogger("apertus.data.readers")
 
 # Examples of each skip reason written to the log (the counts are complete in the stats).
 _SAMPLES_PER_REASON = 3
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+# Compressed JSONL by suffix: (fsspec codec, the Python module it needs, the package to install).
+# Chosen by suffix rather than fsspec's "infer", which silently reads a file raw (one long
+# "bad UTF-8 line") when the codec's module is not installed.
+_CODECS = {
+    ".gz": ("gzip", "gzip", None),
+    ".bz2": ("bz2", "bz2", None),
+    ".xz": ("xz", "lzma", None),
+    ".zst": ("zstd", "zstandard", "zstandard"),
+}
+
+# What a truncated or corrupt compressed stream raises, by codec.
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError, lzma.LZMAError)
 
 
 class SourceMapping:
@@ -74,7 +94,7 @@ class DiskSource(SourceMapping):
 
 
 class _Skips:
-    """Counts and samples skipped records for one reader step."""
+    """Counts and samples skipped records for one file (create one per file read)."""
 
     def __init__(self, step):
         self.step = step
@@ -114,14 +134,23 @@ class RobustJsonlReader(DiskSource, BaseDiskReader):
         import orjson
 
         skip = _Skips(self)
+        compression, refusal = _compression(filepath)
+        if refusal:
+            # Every refused file is logged (a whole file is lost), not only the first few.
+            self.stat_update("skipped_unsupported_compression")
+            log.error("error: source %s: %s not read: %s", self.source.name, filepath, refusal)
+            return
         lines = 0
         try:
-            with self.data_folder.open(filepath, "rb", compression="infer") as f:
+            with self.data_folder.open(filepath, "rb", compression=compression) as f:
                 for lineno, raw in enumerate(f, start=1):
-                    lines += 1
                     where = f"{filepath}:{lineno}"
+                    # Editors on Windows start a file (and tools that concatenate files, a line)
+                    # with a byte-order mark, which is not JSON.
+                    raw = raw.removeprefix(_UTF8_BOM)
                     if not raw.strip():
                         continue
+                    lines += 1
                     try:
                         line = raw.decode("utf-8")
                     except UnicodeDecodeError as e:
@@ -140,32 +169,60 @@ class RobustJsonlReader(DiskSource, BaseDiskReader):
                         document = self.get_document_from_dict(data, filepath, lineno)
                     if document:
                         yield document
-        except (EOFError, zlib.error, OSError) as e:
+        except _STREAM_ERRORS as e:
             # A truncated or corrupt compressed file: keep what was read, count the file.
             skip("truncated_file", filepath, f"after {lines} lines: {e}")
             return
-        if lines == 0:
+        if lines == 0:  # no line with content (blank lines only, or no bytes)
             skip("empty_file", filepath)
 
 
+def _compression(filepath: str) -> tuple[str | None, str | None]:
+    """(fsspec codec for `filepath`, or why the file cannot be read here)."""
+    for suffix, (codec, module, package) in _CODECS.items():
+        if filepath.endswith(suffix):
+            if importlib.util.find_spec(module) is None:
+                return None, f"reading {suffix} needs the {package or module} package"
+            return codec, None
+    return None, None
+
+
 class GuardedParquetReader(DiskSource, ParquetReader):
-    """datatrove's Parquet reader, with corrupt files and bad rows counted instead of crashing."""
+    """Parquet read batch by batch, with corrupt files, empty files and bad rows counted.
+
+    Rows are named by their row number in the file (from 0, as pyarrow counts), in the log and in
+    generated ids; datatrove's reader numbers only the rows it kept.
+    """
 
     name = "📒 Parquet"
     _base_options: ClassVar[dict[str, Any]] = {}  # ParquetReader has no add_file_path
 
-    def get_document_from_dict(self, data, source_file, id_in_file):
-        problem = _text_problem(data, self.source.text_field)
-        if problem:
-            _Skips(self)(problem, f"{source_file}:{id_in_file}")
-            return None
-        return super().get_document_from_dict(data, source_file, id_in_file)
-
     def read_file(self, filepath: str):
+        import pyarrow.parquet as pq
+
+        skip = _Skips(self)
+        row = 0
         try:
-            yield from super().read_file(filepath)
+            with self.data_folder.open(filepath, "rb") as f, pq.ParquetFile(f) as pqf:
+                columns = None if self.read_metadata else [self.text_key, self.id_key]
+                for batch in pqf.iter_batches(batch_size=self.batch_size, columns=columns):
+                    documents = []
+                    with self.track_time("batch"):
+                        for data in batch.to_pylist():
+                            problem = _text_problem(data, self.source.text_field)
+                            if problem:
+                                skip(problem, f"{filepath}:row {row}")
+                            else:
+                                document = self.get_document_from_dict(data, filepath, row)
+                                if document:
+                                    documents.append(document)
+                            row += 1
+                    yield from documents
         except Exception as e:  # pyarrow raises several types for a corrupt or truncated file
-            _Skips(self)("corrupt_file", filepath, f"{type(e).__name__}: {e}")
+            skip("corrupt_file", filepath, f"after {row} rows: {type(e).__name__}: {e}")
+            return
+        if row == 0:
+            skip("empty_file", filepath)
 
 
 class WarcHtmlReader(DiskSource, BaseDiskReader):
@@ -268,7 +325,23 @@ def resolve_folder(source: Source) -> tuple[str, str | None]:
     if path.startswith("hf://") or not _is_file(path):
         return path, source.glob
     parent, name = path.rsplit("/", 1) if "/" in path else (".", path)
-    return parent, name
+    return parent, _exact_glob(name)
+
+
+def _exact_glob(name: str) -> str:
+    """A glob matching the file `name` only.
+
+    datatrove's `list_files` turns a pattern without wildcards into `*pattern` (so `.jsonl`
+    means every JSONL file): `crlf.jsonl` would also read `bom_crlf.jsonl`. A one-character
+    class (`[c]rlf.jsonl`) is a wildcard that matches the name itself and nothing else.
+    """
+    pattern = glob.escape(name)
+    if has_magic(pattern):
+        return pattern
+    i = next((i for i, ch in enumerate(pattern) if ch not in "!^-]"), None)
+    if i is None:
+        raise ValueError(f"cannot read a file named {name!r} on its own; name its folder")
+    return f"{pattern[:i]}[{pattern[i]}]{pattern[i + 1 :]}"
 
 
 def _is_file(path: str) -> bool:

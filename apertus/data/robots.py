@@ -7,7 +7,30 @@ including dumps collected before the site owners opted out. That takes two piece
   directory of already-downloaded files (`snapshot_from_directory`) or by fetching
   ``https://<host>/robots.txt`` (`fetch_snapshot`), and written with `write_snapshot`;
 * `RobotsFilter`, a datatrove filter that drops a document when any of the AI-crawler agents
-  (`DEFAULT_AGENTS`) is disallowed for its URL by its host's robots.txt, parsed with Protego.
+  (`DEFAULT_AGENTS`) is disallowed for its URL by its host's robots.txt, read by Protego, by
+  RFC 9309 (`Rfc9309Robots`), or by both (`READINGS`).
+
+Where Protego 0.7.0 departs from RFC 9309 (§2.2.1; checked against Protego's source), for the
+agents we check:
+
+* **Agent prefix matching.** Protego applies a group to every agent whose name *starts with* the
+  group's name at a word boundary, preferring the longest: ``User-agent: Applebot`` governs
+  ``Applebot-Extended`` (and ``User-agent: Google`` governs ``Google-Extended``) when the site has
+  no group of that exact name. RFC 9309 matches the product token exactly (case-insensitively),
+  so ``Applebot-Extended`` falls to ``*`` there.
+* **Other lines split groups.** Protego ends a run of ``User-agent`` lines at any other line but
+  Sitemap/Host: in ``User-agent: GPTBot / Crawl-delay: 10 / User-agent: CCBot / Disallow: /``,
+  GPTBot gets a group of its own with no rules (allowed everywhere). RFC 9309: a group is one or
+  more user-agent lines followed by rules, and records it does not define must not interfere, so
+  both are disallowed.
+* **Versioned agents.** Protego compares the whole value: ``User-agent: GPTBot/1.1`` is a group
+  for the literal ``gptbot/1.1``, which ``GPTBot`` does not match (it falls to ``*``), while the
+  query ``CCBot/2.0`` matches a ``CCBot`` group by prefix. RFC 9309's product token is letters,
+  ``_`` and ``-`` only; like Google's reference parser we read the token up to the first other
+  character, so ``GPTBot/1.1`` in a file and ``CCBot/2.0`` as a query are ``gptbot`` and ``ccbot``.
+
+Path rules (longest match, ``*``, ``$``, percent-encoding, ``/robots.txt`` always allowed) are
+Protego's in every reading.
 
 Snapshot format::
 
@@ -66,6 +89,10 @@ DEFAULT_AGENTS: tuple[str, ...] = (
     "FacebookBot",
 )
 
+# How a robots.txt is read (module docstring): "conservative" drops a document when either
+# Protego's or RFC 9309's reading disallows it for an agent.
+READINGS = ("conservative", "protego", "rfc9309")
+
 STATUSES = ("ok", "missing", "error")
 METHODS = ("directory", "fetch")
 
@@ -81,6 +108,8 @@ _PARSER_CACHE_SIZE = 50_000
 # DNS host names after IDNA encoding: labels of letters, digits, '-' and '_' (seen in practice).
 _HOST_RE = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
 _CACHE_NAME_RE = re.compile(r"(?P<host>.+)\.(?P<date>\d{4}-\d{2}-\d{2})\.json")
+# RFC 9309 §2.2.1: a product token is made of letters, "_" and "-".
+_PRODUCT_TOKEN_RE = re.compile(r"[A-Za-z_-]*")
 
 
 def _now() -> datetime:
@@ -453,6 +482,64 @@ def load_snapshot(path: Path) -> dict:
     return snapshot
 
 
+# --- RFC 9309 reading ---------------------------------------------------------------------------
+
+
+def product_token(agent: str) -> str:
+    """The RFC 9309 product token of a user-agent value, lower case: ``*``, or the letters, ``_``
+    and ``-`` before the first other character (``GPTBot/1.1`` -> ``gptbot``), as Google's
+    reference parser reads it; "" when the value starts with anything else."""
+    agent = agent.strip()
+    if agent == "*" or (agent.startswith("*") and agent[1].isspace()):
+        return "*"
+    return _PRODUCT_TOKEN_RE.match(agent).group().lower()
+
+
+class Rfc9309Robots:
+    """One robots.txt read by RFC 9309's grouping and agent matching (§2.1, §2.2.1).
+
+    A group is one or more ``User-agent`` lines followed by ``Allow``/``Disallow`` rules; any other
+    line (Crawl-delay, Sitemap, unknown records) is ignored and never ends a group. Groups naming
+    the same product token are merged. An agent obeys the group of its exact product token, else
+    the ``*`` group, else nothing restricts it. Path rules are matched by Protego, fed the
+    group's rules alone.
+    """
+
+    def __init__(self, text: str):
+        self._rules: dict[str, list[str]] = {}
+        tokens: dict[str, None] = {}
+        in_rules = False
+        for raw in text.splitlines():
+            field, sep, value = raw.split("#", 1)[0].partition(":")
+            if not sep:
+                continue
+            field, value = field.strip().lower(), value.strip()
+            if field == "user-agent":
+                if in_rules:
+                    tokens, in_rules = {}, False
+                token = product_token(value)
+                if token:  # a value that is no product token names no crawler
+                    tokens[token] = None
+                    self._rules.setdefault(token, [])
+            elif field in ("allow", "disallow"):
+                in_rules = True
+                for token in tokens:  # none before the first user-agent line: no group
+                    self._rules[token].append(f"{field}: {value}")
+        self._parsers: dict[str, Protego] = {}
+
+    def can_fetch(self, url: str, agent: str) -> bool:
+        token = product_token(agent)
+        if token not in self._rules:
+            token = "*"
+            if token not in self._rules:
+                return True
+        parser = self._parsers.get(token)
+        if parser is None:
+            parser = Protego.parse("\n".join(["User-agent: *", *self._rules[token]]))
+            self._parsers[token] = parser
+        return parser.can_fetch(url, "*")
+
+
 # --- the filter ---------------------------------------------------------------------------------
 
 
@@ -462,15 +549,21 @@ class RobotsFilter(BaseFilter):
     RECIPE.md §5: robots.txt files fetched once (January 2025) are applied retroactively to every
     dump, so a site that opted out of AI training later also leaves the older crawls. A document is
     dropped when *any* of `agents` (default: `DEFAULT_AGENTS`, which includes ``*``) may not fetch
-    its URL according to Protego's ``can_fetch``. Documents are kept when they have no URL, their
-    host is not in the snapshot, or the snapshot has no robots.txt text for it (missing / error).
+    its URL in the chosen `reading` of the robots.txt: Protego's ``can_fetch``, RFC 9309's
+    (`Rfc9309Robots`), or, by default, "conservative": disallowed in either (the module docstring
+    lists where they differ). Documents are kept when they have no URL, their host is not in the
+    snapshot, or the snapshot has no robots.txt text for it (missing / error).
 
     Stats: ``no_url``, ``bad_url`` (no host could be read), ``no_robots``, ``allowed``, and for a
-    dropped document one ``disallowed_<agent>`` per agent that is disallowed.
+    dropped document one ``disallowed_<agent>`` per agent that is disallowed; in the conservative
+    reading also one of ``both_readings_disallow``, ``only_protego_disallows``,
+    ``only_rfc9309_disallows`` per dropped document, so the documents the readings disagree on are
+    counted.
 
     Args:
         snapshot: a snapshot dict, or the path of a snapshot file (loaded lazily in the worker).
         agents: the crawler agents checked against each URL.
+        reading: one of `READINGS`.
         exclusion_writer: optional writer receiving the dropped documents.
     """
 
@@ -480,6 +573,7 @@ class RobotsFilter(BaseFilter):
         self,
         snapshot: dict | str | Path,
         agents: Sequence[str] = DEFAULT_AGENTS,
+        reading: str = "conservative",
         exclusion_writer=None,
     ):
         super().__init__(exclusion_writer)
@@ -490,6 +584,15 @@ class RobotsFilter(BaseFilter):
         self.agents: tuple[str, ...] = tuple(dict.fromkeys(a.strip() for a in agents))
         if not self.agents:
             raise ApertusError("RobotsFilter needs at least one agent")
+        if reading not in READINGS:
+            raise ApertusError(f"RobotsFilter reading must be one of {READINGS}, got {reading!r}")
+        self.reading = reading
+        if reading != "protego":
+            unreadable = [a for a in self.agents if not product_token(a)]
+            if unreadable:
+                raise ApertusError(
+                    f"agents {unreadable} have no RFC 9309 product token (letters, '_', '-')"
+                )
         if isinstance(snapshot, dict):
             _check_snapshot(snapshot, "RobotsFilter snapshot")
             self.snapshot_path: str | None = None
@@ -501,7 +604,7 @@ class RobotsFilter(BaseFilter):
             raise ApertusError(
                 f"RobotsFilter snapshot must be a dict or a path, got {type(snapshot).__name__}"
             )
-        self._parsers: OrderedDict[str, Protego] = OrderedDict()
+        self._parsers: OrderedDict[str, tuple[Protego | None, Rfc9309Robots | None]] = OrderedDict()
 
     @staticmethod
     def _robots_by_host(snapshot: dict) -> dict[str, str]:
@@ -521,7 +624,7 @@ class RobotsFilter(BaseFilter):
             state["_robots"] = None
         return state
 
-    def _parser(self, host: str) -> Protego | None:
+    def _parser(self, host: str) -> tuple[Protego | None, Rfc9309Robots | None] | None:
         if self._robots is None:
             self._robots = self._robots_by_host(load_snapshot(Path(self.snapshot_path)))
         text = self._robots.get(host)
@@ -530,7 +633,11 @@ class RobotsFilter(BaseFilter):
         parser = self._parsers.get(host)
         if parser is None:
             # A BOM in a hand-made snapshot would hide the first User-agent line from Protego.
-            parser = Protego.parse(text.removeprefix("\ufeff"))
+            text = text.removeprefix("\ufeff")
+            parser = (
+                Protego.parse(text) if self.reading != "rfc9309" else None,
+                Rfc9309Robots(text) if self.reading != "protego" else None,
+            )
             self._parsers[host] = parser
             if len(self._parsers) > _PARSER_CACHE_SIZE:
                 self._parsers.popitem(last=False)
@@ -551,14 +658,28 @@ class RobotsFilter(BaseFilter):
         if parser is None:
             self.stat_update("no_robots")
             return True
+        protego, rfc9309 = parser
         try:
-            disallowing = [agent for agent in self.agents if not parser.can_fetch(url, agent)]
+            by_protego = {
+                a for a in self.agents if protego is not None and not protego.can_fetch(url, a)
+            }
+            by_rfc9309 = {
+                a for a in self.agents if rfc9309 is not None and not rfc9309.can_fetch(url, a)
+            }
         except ValueError:  # a URL urllib can split for the host but not for the path
             self.stat_update("bad_url")
             return True
-        if disallowing:
-            for agent in disallowing:
-                self.stat_update(f"disallowed_{agent}")
+        if by_protego or by_rfc9309:
+            for agent in self.agents:
+                if agent in by_protego or agent in by_rfc9309:
+                    self.stat_update(f"disallowed_{agent}")
+            if self.reading == "conservative":
+                if by_protego and by_rfc9309:
+                    self.stat_update("both_readings_disallow")
+                else:
+                    self.stat_update(
+                        "only_protego_disallows" if by_protego else "only_rfc9309_disallows"
+                    )
             return False, "robots"
         self.stat_update("allowed")
         return True

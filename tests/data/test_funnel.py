@@ -70,3 +70,31 @@ def test_documents_without_language_count_under_their_hint_or_und(tmp_path):
 def test_unknown_step_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown funnel step 'robot'"):
         FunnelCheckpoint("robot", tmp_path, "j")
+
+
+def test_records_the_reader_skipped_reach_the_funnel_per_source_and_reason(tmp_path):
+    from apertus.data.config import Source
+    from apertus.data.readers import make_reader
+
+    out = tmp_path / "_funnel"
+    for shard, lines in enumerate([b'{"text": "a"}\n{broken\n', b'{"text": "b"}\n{"x": 1}\n']):
+        (tmp_path / f"web{shard}.jsonl").write_bytes(lines)
+        src = Source.from_dict(
+            {"name": "web", "reader": "jsonl", "path": str(tmp_path / f"web{shard}.jsonl")}
+            | {"kind": "web"}
+        )
+        reader = make_reader(src)
+        checkpoint = FunnelCheckpoint("read", out, f"web-{shard}", skips_of=reader)
+        assert len(list(checkpoint.run(reader.run()))) == 1
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    src = Source.from_dict(
+        {"name": "edu", "reader": "jsonl", "path": str(tmp_path / "empty.jsonl"), "kind": "edu"}
+    )
+    reader = make_reader(src)
+    list(FunnelCheckpoint("read", out, "edu-0", skips_of=reader).run(reader.run()))
+    funnel = merge_funnel(sorted(out.glob("*.json")))
+    assert funnel["skipped"] == {
+        "edu": {"empty_file": 1},
+        "web": {"bad_json": 1, "missing_text": 1},
+    }
+    assert funnel["total"][0]["documents"] == 2

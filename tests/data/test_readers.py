@@ -1,9 +1,11 @@
 """Readers: every source format maps onto the document contract, and bad input is skipped and
 counted per reason, never crashing and never dropping good lines around it."""
 
+import bz2
 import gzip
 import io
 import json
+import lzma
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -238,3 +240,102 @@ def test_huggingface_reader_streams_a_local_dataset_in_hub_format(tmp_path):
         "url": "https://www.rtr.ch/a",
         "language_hint": "roh_Latn",
     }.items() <= docs[0].metadata.items()
+
+
+def test_a_one_file_source_reads_exactly_that_file(tmp_path):
+    (tmp_path / "crlf.jsonl").write_text(good(1) + "\n")
+    (tmp_path / "bom_crlf.jsonl").write_text(good(2) + "\n")  # ends with the name
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "crlf.jsonl").write_text(good(3) + "\n")
+    (tmp_path / "a[1].jsonl").write_text(good(4) + "\n")  # glob characters in the name
+    (tmp_path / "xa[1].jsonl").write_text(good(5) + "\n")
+    assert [d.id for d in read(source(tmp_path / "crlf.jsonl"))[0]] == ["d1"]
+    assert [d.id for d in read(source(tmp_path / "a[1].jsonl"))[0]] == ["d4"]
+
+
+def test_byte_order_mark_does_not_cost_the_first_document(tmp_path):
+    path = tmp_path / "bom_crlf.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + good(1).encode() + b"\r\n" + good(2).encode() + b"\r\n")
+    docs, stats = read(source(path))
+    assert [d.id for d in docs] == ["d1", "d2"]
+    assert not any(k.startswith("skipped_") for k in stats)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "compress"),
+    [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)],
+)
+def test_compressed_jsonl_is_read(tmp_path, suffix, compress):
+    path = tmp_path / f"part.jsonl{suffix}"
+    path.write_bytes(compress(("".join(good(i) + "\n" for i in range(5))).encode()))
+    docs, stats = read(source(path))
+    assert [d.id for d in docs] == [f"d{i}" for i in range(5)]
+    assert not any(k.startswith("skipped_") for k in stats)
+
+
+@pytest.mark.parametrize(("suffix", "compress"), [(".bz2", bz2.compress), (".xz", lzma.compress)])
+def test_truncated_bz2_and_xz_keep_what_was_read_and_count_the_file(tmp_path, suffix, compress):
+    data = compress(("\n".join(good(i) for i in range(20000)) + "\n").encode())
+    path = tmp_path / f"cut.jsonl{suffix}"
+    path.write_bytes(data[: len(data) // 2])
+    docs, stats = read(source(path))
+    assert len(docs) < 20000
+    assert stats["skipped_truncated_file"] == 1
+
+
+def test_zstd_without_its_package_is_refused_per_file_by_name(tmp_path, caplog, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def without_zstandard(name, *args):
+        return None if name == "zstandard" else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_zstandard)
+    (tmp_path / "a.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd not really zstd")
+    (tmp_path / "b.jsonl").write_text(good(1) + "\n")
+    with caplog.at_level("ERROR", logger="apertus.data.readers"):
+        docs, stats = read(source(tmp_path, glob="*.jsonl*"))
+    assert [d.id for d in docs] == ["d1"]  # the other files of the source are still read
+    assert stats["skipped_unsupported_compression"] == 1
+    assert "skipped_bad_utf8" not in stats
+    assert "a.jsonl.zst" in caplog.text and "needs the zstandard package" in caplog.text
+
+
+def test_a_file_of_blank_lines_is_counted_as_empty(tmp_path):
+    (tmp_path / "blank.jsonl").write_bytes(b"\n  \r\n\n")
+    docs, stats = read(source(tmp_path / "blank.jsonl"))
+    assert docs == [] and stats["skipped_empty_file"] == 1
+
+
+def test_parquet_bad_rows_are_counted_per_reason_and_named_by_row_number(tmp_path, caplog):
+    texts = ["ok 0", None, "ok 2", "  ", None, None, None, None, "ok 8"]
+    pq.write_table(
+        pa.table({"id": [f"r{i}" for i in range(9)], "text": texts}),
+        tmp_path / "rows.parquet",
+        row_group_size=4,  # several batches: row numbers carry across them
+    )
+    pq.write_table(
+        pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}),
+        tmp_path / "none.parquet",
+    )
+    with caplog.at_level("WARNING", logger="apertus.data.readers"):
+        docs, stats = read(source(tmp_path, reader="parquet", glob="*.parquet"))
+    assert [d.id for d in docs] == ["r0", "r2", "r8"]
+    assert stats["skipped_missing_text"] == 5 and stats["skipped_blank_text"] == 1
+    assert stats["skipped_empty_file"] == 1
+    assert "rows.parquet:row 1" in caplog.text and "rows.parquet:row 3" in caplog.text
+    assert caplog.text.count("(missing_text)") == 3  # the first examples only, not every row
+
+
+def test_parquet_generated_ids_use_the_row_number(tmp_path):
+    pq.write_table(pa.table({"text": [None, "kept"]}), tmp_path / "noid.parquet")
+    docs, _ = read(source(tmp_path / "noid.parquet", reader="parquet"))
+    assert [d.id for d in docs] == ["web/noid.parquet/1"]
+
+
+def test_zstd_jsonl_is_read_when_its_package_is_installed(tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    path = tmp_path / "part.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress((good(1) + "\n").encode()))
+    assert [d.id for d in read(source(path))[0]] == ["d1"]

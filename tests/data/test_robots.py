@@ -18,11 +18,15 @@ from datatrove.data import Document
 from protego import Protego
 
 from apertus.core import ApertusError
+from apertus.data.config import DataConfig
 from apertus.data.robots import (
     DEFAULT_AGENTS,
+    READINGS,
+    Rfc9309Robots,
     RobotsFilter,
     fetch_snapshot,
     load_snapshot,
+    product_token,
     snapshot_from_directory,
     url_host,
     write_snapshot,
@@ -161,11 +165,126 @@ def test_agent_group_rules_apply_to_every_agent_of_the_group_and_count_per_agent
     assert s["allowed"] == 1
 
 
-def test_versioned_agent_group_does_not_catch_the_bare_agent():
-    robots = "User-agent: CCBot/2.0\nDisallow: /\n"
-    step = RobotsFilter(snapshot_of({HOST: robots}))
+# --- where Protego departs from RFC 9309, under each reading ----------------------------------
+
+PREFIX = "User-agent: Applebot\nDisallow: /\n"
+CRAWL_DELAY_BETWEEN_AGENTS = "User-agent: GPTBot\nCrawl-delay: 10\nUser-agent: CCBot\nDisallow: /\n"
+VERSIONED_IN_FILE = "User-agent: GPTBot/1.1\nDisallow: /\n"
+VERSIONED_CCBOT = "User-agent: CCBot/2.0\nDisallow: /\n"
+
+
+@pytest.mark.parametrize(
+    ("robots", "agent", "by_protego", "by_rfc9309"),
+    [
+        # Protego: "Applebot" governs Applebot-Extended by prefix. RFC 9309: exact product tokens.
+        (PREFIX, "Applebot-Extended", True, False),
+        (PREFIX, "Applebot", True, True),
+        # Protego: Crawl-delay ends the run of user-agent lines, GPTBot gets an empty group.
+        # RFC 9309: only rules end a group, so GPTBot shares CCBot's "Disallow: /".
+        (CRAWL_DELAY_BETWEEN_AGENTS, "GPTBot", False, True),
+        (CRAWL_DELAY_BETWEEN_AGENTS, "CCBot", True, True),
+        # Protego: "GPTBot/1.1" is a name of its own. RFC 9309: its product token is "GPTBot".
+        (VERSIONED_IN_FILE, "GPTBot", False, True),
+        # The versioned query agents of DEFAULT_AGENTS: Protego matches "CCBot/2.0" literally and
+        # lets the bare CCBot through; RFC 9309 reads every one of them as the token "CCBot".
+        (VERSIONED_CCBOT, "CCBot/2.0", True, True),
+        (VERSIONED_CCBOT, "CCBot", False, True),
+        (VERSIONED_CCBOT, "CCBot/1.0", False, True),
+    ],
+)
+@pytest.mark.parametrize("reading", READINGS)
+def test_each_reading_drops_what_it_disallows_and_conservative_what_either_does(
+    robots, agent, by_protego, by_rfc9309, reading
+):
+    dropped = {
+        "protego": by_protego,
+        "rfc9309": by_rfc9309,
+        "conservative": by_protego or by_rfc9309,
+    }[reading]
+    step = RobotsFilter(snapshot_of({HOST: robots}), agents=[agent], reading=reading)
+    assert kept(step, [f"https://{HOST}/page"]) == [not dropped]
+    assert disallowed(step) == ({agent: 1} if dropped else {})
+    s = stats(step)
+    readings_stats = {
+        k
+        for k in s
+        if k in ("both_readings_disallow", "only_protego_disallows", "only_rfc9309_disallows")
+    }
+    if reading == "conservative" and dropped:
+        expected = (
+            "both_readings_disallow"
+            if by_protego and by_rfc9309
+            else "only_protego_disallows"
+            if by_protego
+            else "only_rfc9309_disallows"
+        )
+        assert readings_stats == {expected}
+    else:
+        assert readings_stats == set()
+
+
+def test_rfc9309_sends_an_agent_without_an_exact_group_to_the_star_group():
+    robots = PREFIX + "\nUser-agent: *\nDisallow: /private/\n"
+    agents = ["Applebot-Extended"]
+    for reading, expected in [("protego", [False, False]), ("rfc9309", [True, False])]:
+        step = RobotsFilter(snapshot_of({HOST: robots}), agents=agents, reading=reading)
+        assert kept(step, [f"https://{HOST}/open", f"https://{HOST}/private/x"]) == expected
+
+
+def test_conservative_default_counts_every_versioned_ccbot_on_a_versioned_group():
+    step = RobotsFilter(snapshot_of({HOST: VERSIONED_CCBOT}))
+    assert step.reading == "conservative"
     assert kept(step, [f"https://{HOST}/any"]) == [False]
-    assert disallowed(step) == {"CCBot/2.0": 1}
+    assert disallowed(step) == {"CCBot": 1, "CCBot/1.0": 1, "CCBot/2.0": 1}
+    assert stats(step)["both_readings_disallow"] == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "token"),
+    [
+        ("GPTBot/1.1", "gptbot"),
+        ("  Applebot-Extended ", "applebot-extended"),
+        ("cohere-training-data-crawler", "cohere-training-data-crawler"),
+        ("*", "*"),
+        ("* # everyone", "*"),
+        ("Mozilla/5.0 (compatible; GPTBot)", "mozilla"),
+        ("/path", ""),
+    ],
+)
+def test_product_token_is_the_leading_letters_underscores_and_hyphens(value, token):
+    assert product_token(value) == token
+
+
+def test_rfc9309_reading_merges_groups_of_one_token_and_ignores_rules_before_any_agent():
+    robots = """\
+Disallow: /orphan/
+User-agent: gptbot
+Disallow: /a/
+Sitemap: https://example.org/sitemap.xml
+Noindex: /ignored/
+
+User-agent: GPTBOT/2.0
+Disallow: /b/
+"""
+    rules = Rfc9309Robots(robots)
+    url = f"https://{HOST}"
+    assert not rules.can_fetch(f"{url}/a/x", "GPTBot")
+    assert not rules.can_fetch(f"{url}/b/x", "GPTBot")
+    assert rules.can_fetch(f"{url}/orphan/x", "GPTBot")
+    assert rules.can_fetch(f"{url}/a/x", "CCBot")  # no group and no "*": unrestricted
+    assert rules.can_fetch(f"{url}/robots.txt", "GPTBot")
+
+
+def test_a_bad_reading_or_an_agent_without_a_product_token_is_refused():
+    with pytest.raises(ApertusError, match="reading"):
+        RobotsFilter(snapshot_of({}), reading="google")
+    with pytest.raises(ApertusError, match="product token"):
+        RobotsFilter(snapshot_of({}), agents=["/bot"])
+    RobotsFilter(snapshot_of({}), agents=["/bot"], reading="protego")  # Protego reads any name
+
+
+def test_the_config_default_reading_is_conservative():
+    assert DataConfig.from_dict({}).robots.reading == "conservative"
 
 
 def test_agent_names_and_directives_are_case_insensitive_but_paths_are_not():

@@ -39,28 +39,30 @@ def test_tokenizer_loads_in_transformers_with_apertus_special_tokens(default_run
     )
 
 
-def test_shards_hold_exactly_the_training_documents_as_transformers_tokenizes_them(default_run):
-    tokenizer = AutoTokenizer.from_pretrained(str(tok(default_run, "tokenizer")))
-    corpus = default_run / "data" / "corpus"
+def stored_and_expected(run_dir, tokenizer, source: str) -> tuple[list, list]:
+    """A source's shard documents (after `verify_shards`) and its training rows of the corpus
+    encoded by `tokenizer` as `encode_documents` does, both sorted."""
     heldout = {
         i
-        for ids in json.loads(tok(default_run, "split", "heldout_ids.json").read_text())[
-            "ids"
-        ].values()
+        for ids in json.loads(tok(run_dir, "split", "heldout_ids.json").read_text())["ids"].values()
         for i in ids
     }
+    verify_shards(tok(run_dir, "shards", source))
+    shards = TokenShards(tok(run_dir, "shards", source))
+    stored = sorted(
+        tuple(shards.document(f, d).tolist())
+        for f in range(len(shards.files))
+        for d in range(shards.documents(f))
+    )
+    rows = [r for r in read_corpus(run_dir / "data" / "corpus", source) if r["id"] not in heldout]
+    expected = sorted(tuple(ids) for ids in encode_documents(tokenizer, [r["text"] for r in rows]))
+    return stored, expected
+
+
+def test_shards_hold_exactly_the_training_documents_as_transformers_tokenizes_them(default_run):
+    tokenizer = AutoTokenizer.from_pretrained(str(tok(default_run, "tokenizer")))
     for source in ("web", "edu", "code"):
-        verify_shards(tok(default_run, "shards", source))
-        shards = TokenShards(tok(default_run, "shards", source))
-        stored = sorted(
-            tuple(shards.document(f, d).tolist())
-            for f in range(len(shards.files))
-            for d in range(shards.documents(f))
-        )
-        rows = [r for r in read_corpus(corpus, source) if r["id"] not in heldout]
-        expected = sorted(
-            tuple(ids) for ids in encode_documents(tokenizer, [r["text"] for r in rows])
-        )
+        stored, expected = stored_and_expected(default_run, tokenizer, source)
         assert stored == expected, source
         assert all(doc[0] == 1 and doc[-1] == 2 for doc in stored)
 
@@ -180,25 +182,10 @@ def check_hub_tokenizer_run(run_dir) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(tok(run_dir, "tokenizer")))
     assert len(tokenizer) == APERTUS_VOCAB_SIZE
     assert 2 not in tokenizer("Allegra!")["input_ids"]  # still BOS-only for inference
-    corpus = run_dir / "data" / "corpus"
-    heldout = {
-        i
-        for ids in json.loads(tok(run_dir, "split", "heldout_ids.json").read_text())["ids"].values()
-        for i in ids
-    }
     for source in ("web", "edu", "code"):
         checksums = verify_shards(tok(run_dir, "shards", source))
         assert (checksums["dtype"], checksums["vocab_size"]) == ("uint32", APERTUS_VOCAB_SIZE)
-        shards = TokenShards(tok(run_dir, "shards", source))
-        stored = sorted(
-            tuple(shards.document(f, d).tolist())
-            for f in range(len(shards.files))
-            for d in range(shards.documents(f))
-        )
-        rows = [r for r in read_corpus(corpus, source) if r["id"] not in heldout]
-        expected = sorted(
-            tuple(ids) for ids in encode_documents(tokenizer, [r["text"] for r in rows])
-        )
+        stored, expected = stored_and_expected(run_dir, tokenizer, source)
         assert stored == expected, source
         assert all(doc[0] == 1 and doc[-1] == 2 and 2 not in doc[:-1] for doc in stored)
     record = json.loads((run_dir / "pretrain" / "phase1" / "run.json").read_text())
