@@ -32,8 +32,7 @@ import contextlib
 import json
 import math
 import re
-import zlib
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
@@ -89,59 +88,116 @@ class Classifier(Protocol):
 
 CHAR_NGRAMS = (1, 4)  # inclusive range of character n-gram lengths
 WORD_NGRAMS = (1, 1)  # word unigrams
-FEATURE_HASH = "crc32"
+FEATURE_HASH = "poly64-splitmix64"
 _WORD_RE = re.compile(r"\w+")
-# Prefixes keep a one-character word and the same character as a char n-gram in separate buckets.
-_CHAR_PREFIX = b"c\x00"
-_WORD_PREFIX = b"w\x00"
-NGRAM_FORMAT_VERSION = 1
+NGRAM_FORMAT_VERSION = 2
+# The feature hash (see `feature_rows`): a polynomial hash of the code points modulo 2**64, so any
+# substring's hash comes from two prefix sums, then splitmix64's finaliser to spread the bits.
+_BASE = 1_000_003
+_BASE_INVERSE = pow(_BASE, -1, 2**64)  # the base is odd, so it has an inverse modulo 2**64
+_WORD_TAG = np.uint64(0x5851F42D4C957F2D)  # xor-ed into word hashes: a word is not a char n-gram
+_U64 = np.uint64
 
 
-def _ngram_counts(text: str, dim: int) -> Counter[int]:
-    # Lower-case and collapse whitespace so layout does not change features; the spaces around the
-    # text mark word starts and ends at the edges like everywhere else.
-    normalised = " ".join(text.lower().split())
-    padded = f" {normalised} "
-    counts: Counter[int] = Counter()
-    for n in range(CHAR_NGRAMS[0], CHAR_NGRAMS[1] + 1):
-        for i in range(len(padded) - n + 1):
-            gram = padded[i : i + n].encode("utf-8")
-            counts[zlib.crc32(_CHAR_PREFIX + gram) % dim] += 1
-    for word in _WORD_RE.findall(normalised):
-        counts[zlib.crc32(_WORD_PREFIX + word.encode("utf-8")) % dim] += 1
-    return counts
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
 
 
-def featurize(texts: Sequence[str], dim: int = 2**18) -> torch.Tensor:
-    """Hashed n-gram counts of each text, one L2-normalised row per text.
+def _powers(base: int, n: int) -> np.ndarray:
+    """base**0 .. base**(n-1) modulo 2**64."""
+    powers = np.full(n, base, dtype=np.uint64)
+    powers[0] = 1
+    return np.cumprod(powers, dtype=np.uint64)
+
+
+def feature_rows(texts: Sequence[str], dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hashed n-gram features of each text as (row, column, value) arrays, rows sorted.
 
     Features: character 1..4-grams of the lower-cased text with whitespace collapsed to single
-    spaces and one space added at each end, plus the text's words (``\\w+``). Each feature is hashed
-    with ``zlib.crc32`` (prefix ``b"c\\0"`` for character n-grams, ``b"w\\0"`` for words) modulo
-    ``dim``; colliding features add up. A stable hash, unlike Python's ``hash()``, gives the same
-    buckets in every process, so a saved model scores the same everywhere.
-
-    Returns a coalesced sparse COO float32 tensor of shape ``(len(texts), dim)``.
+    spaces and one space added at each end, plus the text's words (``\\w+``). A feature's column
+    is ``splitmix64(h) % dim`` with ``h = sum(code_point[j] * 1000003**j)`` over its characters
+    modulo 2**64, xor-ed with a fixed tag for words; colliding features add up and each row is
+    L2-normalised. Stable across processes (unlike Python's ``hash()``), so a saved model scores
+    the same everywhere. All texts are hashed together in a handful of numpy passes: the hash of
+    the substring ``[a, b)`` is ``(S[b] - S[a]) * 1000003**-a`` from the prefix sums ``S``.
     """
     if dim < 1:
         raise ValueError(f"dim must be positive, got {dim}")
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise ApertusError(f"text {row} is {type(text).__name__}, expected str")
-        counts = _ngram_counts(text, dim)
-        norm = math.sqrt(sum(c * c for c in counts.values()))
-        for col in sorted(counts):
-            rows.append(row)
-            cols.append(col)
-            vals.append(counts[col] / norm)
-    indices = torch.tensor([rows, cols], dtype=torch.int64).reshape(2, -1)
-    values = torch.tensor(vals, dtype=torch.float32)
+    padded = [f" {' '.join(text.lower().split())} " for text in texts]
+    joined = "".join(padded)
+    codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    n = len(codes)
+    lengths = np.fromiter(map(len, padded), dtype=np.int64, count=len(padded))
+    ends = np.cumsum(lengths)
+    text_of = np.repeat(np.arange(len(padded)), lengths)
+    with np.errstate(over="ignore"):  # the arithmetic is modulo 2**64 on purpose
+        inverse = _powers(_BASE_INVERSE, n + 1)
+        prefix = np.zeros(n + 1, dtype=np.uint64)
+        np.cumsum(codes.astype(np.uint64) * _powers(_BASE, n), out=prefix[1:])
+        hashes, rows = [], []
+        for size in range(CHAR_NGRAMS[0], CHAR_NGRAMS[1] + 1):
+            starts = np.arange(max(n - size + 1, 0))
+            starts = starts[starts + size <= ends[text_of[starts]]]  # not across two texts
+            hashes.append((prefix[starts + size] - prefix[starts]) * inverse[starts])
+            rows.append(text_of[starts])
+        spans = [m.span() for m in _WORD_RE.finditer(joined)]
+        words = np.array(spans, dtype=np.int64).reshape(-1, 2)
+        starts, stops = words[:, 0], words[:, 1]
+        hashes.append(((prefix[stops] - prefix[starts]) * inverse[starts]) ^ _WORD_TAG)
+        rows.append(text_of[starts])
+        columns = (_splitmix64(np.concatenate(hashes)) % _U64(dim)).astype(np.int64)
+    keys, counts = np.unique(np.concatenate(rows) * dim + columns, return_counts=True)
+    row, column = keys // dim, keys % dim
+    norm = np.sqrt(np.bincount(row, weights=counts.astype(np.float64) ** 2, minlength=len(texts)))
+    return row, column, counts / norm[row]
+
+
+def featurize(texts: Sequence[str], dim: int = 2**18) -> torch.Tensor:
+    """`feature_rows` as a coalesced sparse COO float32 tensor of shape ``(len(texts), dim)``."""
+    row, column, value = feature_rows(texts, dim)
+    indices = torch.from_numpy(np.stack([row, column]))
+    values = torch.from_numpy(value.astype(np.float32))
     return torch.sparse_coo_tensor(
         indices, values, (len(texts), dim), check_invariants=True
     ).coalesce()
+
+
+class _FeatureMemo:
+    """The features of the last texts scored, so the quality and the toxicity scorer of one
+    pipeline featurize each chunk once (the scorers run one after the other on the same
+    documents). Bounded to `size` texts, oldest dropped first."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._rows: OrderedDict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    def rows(self, texts: Sequence[str], dim: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(columns, values) of each text."""
+        missing = list(dict.fromkeys(t for t in texts if (dim, t) not in self._rows))
+        if missing:
+            row, column, value = feature_rows(missing, dim)
+            cuts = np.searchsorted(row, np.arange(1, len(missing)))
+            for text, cols, vals in zip(
+                missing, np.split(column, cuts), np.split(value, cuts), strict=True
+            ):
+                self._rows[(dim, text)] = (cols, vals)
+        found = []
+        for text in texts:
+            self._rows.move_to_end((dim, text))
+            found.append(self._rows[(dim, text)])
+        while len(self._rows) > max(self.size, len(texts)):
+            self._rows.popitem(last=False)
+        return found
+
+
+_FEATURES = _FeatureMemo()
 
 
 @contextlib.contextmanager
@@ -300,6 +356,8 @@ class NgramClassifier:
         self.weight = weight.reshape(-1, 1).float()
         self.bias = bias.reshape(1).float()
         self.dim = self.weight.shape[0]
+        self._weight_array = self.weight.flatten().double().numpy()
+        self._bias = float(self.bias)
         self.task = task
         self.chunk_chars = chunk_chars
         self.aggregate = aggregate
@@ -366,11 +424,11 @@ class NgramClassifier:
                 owners.append(i)
         if not chunks:
             return []
-        with torch.no_grad():
-            logits = torch.sparse.mm(featurize(chunks, self.dim), self.weight) + self.bias
-            probs = torch.sigmoid(logits)
+        weight = self._weight_array
+        logits = [float(vals @ weight[cols]) for cols, vals in _FEATURES.rows(chunks, self.dim)]
+        probs = 1.0 / (1.0 + np.exp(-(np.asarray(logits) + self._bias)))
         scores = [-math.inf] * len(texts)
-        for owner, p in zip(owners, probs.flatten().tolist(), strict=True):
+        for owner, p in zip(owners, probs.tolist(), strict=True):
             scores[owner] = max(scores[owner], p)
         return scores
 

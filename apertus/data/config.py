@@ -137,6 +137,14 @@ class Dedup(Config, key="data.dedup"):
 
 
 @dataclass(frozen=True)
+class Removed(Config, key="data.removed"):
+    """The seeded sample of what each filter removed (`apertus.data.funnel.RemovedSample`)."""
+
+    per_language: int
+    seed: int
+
+
+@dataclass(frozen=True)
 class PII(Config, key="data.pii"):
     kinds: tuple[str, ...]
     exempt_kinds: tuple[str, ...]
@@ -155,6 +163,7 @@ class DataConfig(Config, key="data"):
     quality: QualityFilter
     toxicity: ToxicityFilter
     dedup: Dedup
+    removed: Removed
     pii: PII
     output: str
     probes: ProbesConfig

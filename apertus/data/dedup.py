@@ -11,7 +11,7 @@ from pathlib import Path
 from apertus.core.stage import StepRun, run_main
 from apertus.data.config import DataConfig
 from apertus.data.pipeline import dedup_language, files_by_language, step_stats
-from apertus.data.steps import data_parser
+from apertus.data.steps import add_removed_dir, data_parser, fresh_removed_dir
 
 
 def main(argv=None):
@@ -19,6 +19,7 @@ def main(argv=None):
     parser.add_argument("--input-dir", type=Path, action="append", required=True)
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--work-dir", type=Path, required=True, help="scratch space, removed after")
+    add_removed_dir(parser)
     args = parser.parse_args(argv)
     cfg = DataConfig.from_dict(args.config)
     with StepRun(
@@ -26,7 +27,7 @@ def main(argv=None):
         "dedup",
         args.config,
         inputs=args.input_dir,
-        outputs=[args.output_dir],
+        outputs=[args.output_dir, *fresh_removed_dir(args.removed_dir)],
         manifest=args.manifest,
     ) as step:
         by_language = files_by_language(args.input_dir)
@@ -39,6 +40,7 @@ def main(argv=None):
                 work_dir=args.work_dir / language,
                 funnel_dir=args.output_dir / "_funnel",
                 workers=max(1, args.threads),
+                removed_dir=args.removed_dir,
             )
             step.summary[language] = {part: step_stats(s) for part, s in stats.items()}
         shutil.rmtree(args.work_dir, ignore_errors=True)

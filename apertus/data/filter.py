@@ -17,7 +17,13 @@ from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main
 from apertus.data.config import DataConfig
 from apertus.data.pipeline import filter_steps, run_pipeline, step_stats
-from apertus.data.steps import data_parser, local_files, sources_of
+from apertus.data.steps import (
+    add_removed_dir,
+    data_parser,
+    fresh_removed_dir,
+    local_files,
+    sources_of,
+)
 
 
 def main(argv=None):
@@ -27,6 +33,7 @@ def main(argv=None):
     parser.add_argument("--snapshot", type=Path, help="robots.txt snapshot (data_robots)")
     parser.add_argument("--classifiers-dir", type=Path, help="trained ngram classifiers")
     parser.add_argument("--output-dir", type=Path, required=True)
+    add_removed_dir(parser)
     args = parser.parse_args(argv)
     cfg = DataConfig.from_dict(args.config)
     try:
@@ -57,7 +64,7 @@ def main(argv=None):
         f"filter:{job}",
         args.config,
         inputs=inputs,
-        outputs=[args.output_dir],
+        outputs=[args.output_dir, *fresh_removed_dir(args.removed_dir)],
         manifest=args.manifest,
     ) as step:
         steps = filter_steps(
@@ -69,6 +76,7 @@ def main(argv=None):
             funnel_dir=args.output_dir / "_funnel",
             job=job,
             limit=limit,
+            removed_dir=args.removed_dir,
         )
         stats = run_pipeline(
             steps,

@@ -9,12 +9,16 @@ reason, which never became documents and so never appear as a removal.
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
+from datatrove.pipeline.writers import JsonlWriter
 
 from apertus.core.files import atomic_write_json
 
@@ -74,6 +78,57 @@ class FunnelCheckpoint(PipelineStep):
         atomic_write_json(
             Path(self.output_dir) / f"{self.step}.{self.job}.{rank:05d}.json", checkpoint
         )
+
+
+class RemovedSample(JsonlWriter):
+    """A seeded sample of the documents one filter removed, for people to read: pass it as the
+    filter's ``exclusion_writer`` (datatrove hands it each removed document with the reason in
+    ``metadata["filter_reason"]``).
+
+    Keeps, per language, the `per_language` documents with the smallest
+    ``blake2b(seed, filter, id)``: a uniform sample of what was removed that does not depend on
+    the order of the data, held in memory and written when the filter finishes, smallest hash
+    first, to ``<output_dir>/<filter>/<language>/<task>.jsonl`` (plain JSON Lines).
+    """
+
+    name = "🗑 removed sample"
+
+    def __init__(self, output_dir: str | Path, filter_name: str, per_language: int, seed: int):
+        if per_language < 0:
+            raise ValueError(f"per_language must be >= 0, got {per_language}")
+        super().__init__(
+            str(Path(output_dir) / filter_name),
+            output_filename="${language}/${rank}.jsonl",
+            compression=None,
+        )
+        self.filter_name, self.per_language, self.seed = filter_name, per_language, seed
+        self._kept: dict[str, list[tuple[int, str, Document]]] = defaultdict(list)
+        self._rank = 0
+
+    def _key(self, document: Document) -> int:
+        text = f"{self.seed}\0{self.filter_name}\0{document.id}".encode()
+        return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+    def write(self, document: Document, rank: int = 0, **kwargs) -> None:
+        if self.per_language == 0:
+            return
+        self._rank = rank
+        document.metadata.setdefault("filter_reason", self.filter_name)  # dedup gives none
+        language = doc_language(document)
+        heap = self._kept[language]  # a max-heap on the key (negated) of the kept documents
+        item = (-self._key(document), str(document.id), document)
+        if len(heap) < self.per_language:
+            heapq.heappush(heap, item)
+        elif item[:2] > heap[0][:2]:
+            heapq.heapreplace(heap, item)
+
+    def close(self) -> None:
+        kept, self._kept = self._kept, defaultdict(list)
+        for language, heap in sorted(kept.items()):
+            for _, _, document in sorted(heap, key=lambda item: item[:2], reverse=True):
+                document.metadata["language"] = language
+                super().write(document, self._rank)
+        super().close()
 
 
 def reader_skips(reader) -> dict[str, int]:

@@ -27,7 +27,7 @@ from datatrove.pipeline.writers import JsonlWriter, ParquetWriter
 from apertus.core import ApertusError
 from apertus.core.progress import Progress, count_records
 from apertus.data.config import DataConfig, Source
-from apertus.data.funnel import FunnelCheckpoint
+from apertus.data.funnel import FunnelCheckpoint, RemovedSample
 
 log = logging.getLogger("apertus.data")
 
@@ -123,6 +123,14 @@ def step_stats(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def removed_sample(cfg: DataConfig, removed_dir: Path | None, name: str) -> RemovedSample | None:
+    """The exclusion writer of filter `name`: a seeded sample of what it removed (`data.removed`)
+    under `removed_dir`; None when no directory is given or the sample size is 0."""
+    if removed_dir is None or cfg.removed.per_language == 0:
+        return None
+    return RemovedSample(removed_dir, name, cfg.removed.per_language, cfg.removed.seed)
+
+
 def filter_steps(
     cfg: DataConfig,
     source: Source,
@@ -133,8 +141,10 @@ def filter_steps(
     funnel_dir: Path,
     job: str,
     limit: int = -1,
+    removed_dir: Path | None = None,
 ) -> list:
-    """The first pass over one source: everything that decides per document."""
+    """The first pass over one source: everything that decides per document. Each filter keeps
+    a sample of what it removed under `removed_dir` (`removed_sample`)."""
     from apertus.data.classifiers import ClassifierScorer
     from apertus.data.language import LanguageFilter, LanguageTagger
     from apertus.data.quality import HeuristicQualityFilter
@@ -153,7 +163,12 @@ def filter_steps(
     ]
     if cfg.robots.enabled:
         steps += [
-            RobotsFilter(str(snapshot), agents=cfg.robots.agents, reading=cfg.robots.reading),
+            RobotsFilter(
+                str(snapshot),
+                agents=cfg.robots.agents,
+                reading=cfg.robots.reading,
+                exclusion_writer=removed_sample(cfg, removed_dir, "robots"),
+            ),
             FunnelCheckpoint("robots", funnel_dir, job),
         ]
     steps += [
@@ -162,6 +177,7 @@ def filter_steps(
             min_score_by_language=lang.min_score_by_language,
             languages=lang.languages,
             exempt_kinds=lang.exempt_kinds,
+            exclusion_writer=removed_sample(cfg, removed_dir, "language"),
         ),
         FunnelCheckpoint("language", funnel_dir, job),
     ]
@@ -172,6 +188,7 @@ def filter_steps(
                 languages=cfg.heuristics.languages,
                 options=cfg.heuristics.options.get(family) or {},
                 exempt_kinds=cfg.heuristics.exempt_kinds,
+                exclusion_writer=removed_sample(cfg, removed_dir, family),
             ),
             FunnelCheckpoint(family, funnel_dir, job),
         ]
@@ -235,6 +252,7 @@ def dedup_language(
     work_dir: Path,
     funnel_dir: Path,
     workers: int,
+    removed_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Exact then MinHash dedup of one language across every source (datatrove's stages).
 
@@ -283,7 +301,9 @@ def dedup_language(
                 [ExactFindDedups(str(w / "sigs"), str(w / "dups"), exact)],
                 logging_dir=w / "logs" / "find",
             )
-            drop = ExactDedupFilter(str(w / "dups"), exact)
+            drop = ExactDedupFilter(
+                str(w / "dups"), exact, exclusion_writer=removed_sample(cfg, removed_dir, name)
+            )
         else:
             mh = MinhashConfig(
                 n_grams=cfg.dedup.ngrams,
@@ -307,7 +327,9 @@ def dedup_language(
                 [MinhashDedupCluster(str(w / "buckets"), str(w / "remove_ids"), config=mh)],
                 logging_dir=w / "logs" / "cluster",
             )
-            drop = MinhashDedupFilter(str(w / "remove_ids"))
+            drop = MinhashDedupFilter(
+                str(w / "remove_ids"), exclusion_writer=removed_sample(cfg, removed_dir, name)
+            )
         stats[name] = run_pipeline(
             [
                 reader(),
@@ -365,6 +387,7 @@ def select_steps(
     thresholds: dict[str, dict[str, float]],
     output_dir: Path,
     funnel_dir: Path,
+    removed_dir: Path | None = None,
 ) -> list:
     """Quality and toxicity thresholds, PII redaction, and the corpus writer."""
     from apertus.data.classifiers import ThresholdFilter
@@ -377,7 +400,13 @@ def select_steps(
         spec = getattr(cfg, task)
         if spec.enabled:
             steps += [
-                ThresholdFilter(spec.score_key, thresholds[task], keep=spec.keep, reason=reason),
+                ThresholdFilter(
+                    spec.score_key,
+                    thresholds[task],
+                    keep=spec.keep,
+                    reason=reason,
+                    exclusion_writer=removed_sample(cfg, removed_dir, task),
+                ),
                 FunnelCheckpoint(task, funnel_dir, job),
             ]
     if cfg.pii.kinds:

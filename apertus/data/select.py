@@ -14,7 +14,7 @@ from pathlib import Path
 from apertus.core.stage import StepRun, run_main
 from apertus.data.config import DataConfig
 from apertus.data.pipeline import collect_scores, run_pipeline, select_steps, step_stats
-from apertus.data.steps import data_parser
+from apertus.data.steps import add_removed_dir, data_parser, fresh_removed_dir
 
 log = logging.getLogger("apertus.data")
 
@@ -25,6 +25,7 @@ def main(argv=None):
     parser = data_parser(__doc__.splitlines()[0])
     parser.add_argument("--input-dir", type=Path, required=True)
     parser.add_argument("--output-dir", type=Path, required=True)
+    add_removed_dir(parser)
     args = parser.parse_args(argv)
     cfg = DataConfig.from_dict(args.config)
     with StepRun(
@@ -32,7 +33,7 @@ def main(argv=None):
         "select",
         args.config,
         inputs=[args.input_dir],
-        outputs=[args.output_dir],
+        outputs=[args.output_dir, *fresh_removed_dir(args.removed_dir)],
         manifest=args.manifest,
     ) as step:
         args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -58,6 +59,7 @@ def main(argv=None):
                 thresholds=thresholds,
                 output_dir=args.output_dir,
                 funnel_dir=args.output_dir / "_funnel",
+                removed_dir=args.removed_dir,
             ),
             logging_dir=args.datatrove_logs,
         )

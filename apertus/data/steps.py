@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from apertus.core import ApertusError
@@ -22,6 +23,22 @@ def data_parser(description: str) -> argparse.ArgumentParser:
         "--datatrove-logs", type=Path, required=True, help="datatrove's logging dir"
     )
     return parser
+
+
+def add_removed_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--removed-dir", type=Path, help="where each filter's sample of what it removed goes"
+    )
+
+
+def fresh_removed_dir(path: Path | None) -> list[Path]:
+    """Empty `path` (a sample of an earlier run would mix with this one's); [path] for the
+    step's outputs, [] when there is none."""
+    if path is None:
+        return []
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return [path]
 
 
 def sources_of(cfg: DataConfig, sample_dir: Path | None) -> list[Source]:

@@ -102,6 +102,9 @@ def _summary(argv: list[str]) -> None:
         "--filter-manifest", type=_named, action="append", required=True, help="SOURCE=PATH"
     )
     parser.add_argument("--corpus-manifest", type=Path, required=True)
+    parser.add_argument(
+        "--removed", type=Path, action="append", default=[], help="data/removed/<step>"
+    )
     parser.add_argument("--phase", type=_named, action="append", required=True, help="NAME=DIR")
     parser.add_argument("--scores", type=Path, required=True, help="evaluate/table/scores.csv")
     parser.add_argument(
@@ -118,6 +121,7 @@ def _summary(argv: list[str]) -> None:
         args.corpus_manifest,
         args.scores,
         *(p for _, p in args.filter_manifest),
+        *args.removed,
         *(p for _, p in args.phase),
         *(p for _, p in args.memorization),
         *([args.rewards] if args.rewards else []),
@@ -130,12 +134,14 @@ def _summary(argv: list[str]) -> None:
         funnel = _read_json(args.funnel)
         _write_page(
             out / "compliance.html",
-            "Data compliance: robots.txt opt-outs and PII",
+            "Data: robots.txt opt-outs, PII, skipped records and what the filters removed",
             [
                 *tables.robots_tables(
                     [(s, _read_json(p)) for s, p in args.filter_manifest], funnel
                 ),
                 tables.pii_table(_read_json(args.corpus_manifest)),
+                tables.skipped_table(funnel),
+                tables.removed_samples_table(args.removed, funnel, args.run_dir),
             ],
         )
         phases = [(name, _read_json(d / "phase.json")) for name, d in args.phase]

@@ -7,6 +7,7 @@ reward report) and returns `Table`s; `apertus.report.html` renders them.
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -92,6 +93,76 @@ def robots_tables(
                 ]
             )
     return [checked, by_agent, by_language]
+
+
+def skipped_table(funnel: Mapping[str, Any]) -> Table:
+    """Records the readers skipped before they became documents (bad JSON, bad UTF-8, empty or
+    unreadable files...), per source and reason (funnel.json ``skipped``)."""
+    table = Table(
+        "records the readers skipped, per source and reason",
+        ["source", "reason", "records"],
+        note="Never documents, so never in the funnel's removals; the data_filter log names "
+        "the first examples (file:line).",
+    )
+    for source, reasons in sorted(funnel.get("skipped", {}).items()):
+        if not reasons:
+            table.rows.append([source, "(none)", 0])
+        for reason, count in sorted(reasons.items()):
+            table.rows.append([source, reason, count])
+    return table
+
+
+def removed_samples_table(
+    removed_dirs: Sequence[Path], funnel: Mapping[str, Any], run_dir: Path, per_language: int = 2
+) -> Table:
+    """What each filter removed, per language: the funnel's count, the file holding the seeded
+    sample (`data.removed`) and the first `per_language` of its documents, excerpted."""
+    from apertus.data.funnel import FUNNEL_STEPS
+
+    removed: dict[tuple[str, str], int] = {}
+    for language, steps in funnel.get("languages", {}).items():
+        for row in steps:
+            if row.get("removed_documents"):
+                removed[row["step"], language] = row["removed_documents"]
+    table = Table(
+        "what each filter removed: a seeded sample to read",
+        ["filter", "language", "removed", "sample file", "document", "reason", "text (start)"],
+        note="Each filter keeps a uniform sample of the documents it removed (data.removed); "
+        "the files are JSON Lines with the reason in metadata.filter_reason.",
+    )
+    samples: dict[tuple[str, str], list[tuple[str, dict]]] = defaultdict(list)
+    for directory in removed_dirs:
+        for path in sorted(Path(directory).glob("*/*/*.jsonl")):
+            key = (path.parent.parent.name, path.parent.name)
+            with path.open(encoding="utf-8") as f:
+                for line in f:
+                    if len(samples[key]) >= per_language:
+                        break
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    samples[key].append((path.relative_to(run_dir).as_posix(), record))
+    order = {step: i for i, step in enumerate(FUNNEL_STEPS)}
+    for step, language in sorted(
+        set(samples) | set(removed), key=lambda k: (order.get(k[0], len(order)), k[1])
+    ):
+        count = removed.get((step, language))
+        found = samples.get((step, language)) or [("-", {})]
+        for where, record in found:
+            text = " ".join(str(record.get("text", "")).split())
+            table.rows.append(
+                [
+                    step,
+                    language,
+                    count,
+                    where,
+                    record.get("id", "-"),
+                    record.get("metadata", {}).get("filter_reason", "-"),
+                    text[:160] + ("..." if len(text) > 160 else "") if record else "-",
+                ]
+            )
+    return table
 
 
 def pii_table(select_manifest: Mapping[str, Any]) -> Table:

@@ -12,7 +12,6 @@ import random
 import re
 import subprocess
 import sys
-import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -115,15 +114,28 @@ def quality_model(tmp_path_factory) -> tuple[Path, dict]:
 # --------------------------------------------------------------------------------------------------
 
 
+def _hand_hash(feature: str, *, word: bool) -> int:
+    """splitmix64(sum(code point * 1000003**j) mod 2**64), xor-ed with the word tag for words."""
+    mask = 2**64 - 1
+    x = sum(ord(ch) * pow(1_000_003, j, 2**64) for j, ch in enumerate(feature)) & mask
+    if word:
+        x ^= 0x5851F42D4C957F2D
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & mask
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
 def hand_features(text: str, dim: int) -> dict[int, float]:
     """The documented feature recipe, written out again without the module's helpers."""
     padded = " " + " ".join(text.lower().split()) + " "
     counts: Counter[int] = Counter()
     for n in (1, 2, 3, 4):
         for i in range(len(padded) - n + 1):
-            counts[zlib.crc32(b"c\x00" + padded[i : i + n].encode()) % dim] += 1
+            counts[_hand_hash(padded[i : i + n], word=False) % dim] += 1
     for word in re.findall(r"\w+", text.lower()):
-        counts[zlib.crc32(b"w\x00" + word.encode()) % dim] += 1
+        counts[_hand_hash(word, word=True) % dim] += 1
     norm = math.sqrt(sum(v * v for v in counts.values()))
     return {k: v / norm for k, v in counts.items()}
 
@@ -134,9 +146,9 @@ def as_dict(row: torch.Tensor) -> dict[int, float]:
 
 
 def test_featurize_matches_the_documented_hashing_recipe():
-    texts = ["Ab  c\nÉté", "", "the the THE"]
+    texts = ["Ab  c\nÉté", "", "the the THE", "\U0001d518nicode 文字 a_b"]
     x = featurize(texts, dim=1009)
-    assert x.shape == (3, 1009) and x.is_sparse
+    assert x.shape == (4, 1009) and x.is_sparse
     for i, text in enumerate(texts):
         got, expected = as_dict(x[i]), hand_features(text, 1009)
         assert got.keys() == expected.keys()

@@ -98,3 +98,93 @@ def test_records_the_reader_skipped_reach_the_funnel_per_source_and_reason(tmp_p
         "web": {"bad_json": 1, "missing_text": 1},
     }
     assert funnel["total"][0]["documents"] == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# RemovedSample: a seeded sample of what a filter removed
+# --------------------------------------------------------------------------------------------------
+
+
+def removed_docs(n: int, language: str = "de") -> list[Document]:
+    return [
+        Document(text=f"text {i}", id=f"{language}-{i}", metadata={"language": language})
+        for i in range(n)
+    ]
+
+
+def sampled(out, documents, *, per_language=5, seed=0, name="c4", rank=0) -> dict[str, list]:
+    from apertus.data.funnel import RemovedSample
+
+    writer = RemovedSample(out, name, per_language, seed)
+    with writer:
+        for document in documents:
+            document.metadata.setdefault("filter_reason", f"{name}:why")
+            writer.write(document, rank)
+    found = {}
+    for path in sorted((out / name).glob("*/*.jsonl")):
+        found[path.parent.name] = [json.loads(line) for line in path.read_text().splitlines()]
+    return found
+
+
+def test_removed_sample_is_seeded_uniform_and_independent_of_order(tmp_path):
+    import hashlib
+
+    documents = removed_docs(200) + removed_docs(3, "fr")
+    first = sampled(tmp_path / "a", documents)
+    again = sampled(tmp_path / "b", list(reversed(removed_docs(200) + removed_docs(3, "fr"))))
+    assert first == again  # same documents, any order: the same sample, in the same order
+    assert [len(first["de"]), len(first["fr"])] == [5, 3]  # at most 5 per language
+    assert {r["metadata"]["filter_reason"] for r in first["de"]} == {"c4:why"}
+
+    # The sample is the 5 smallest blake2b(seed, filter, id), written smallest first.
+    def key(i):
+        text = f"0\0c4\0de-{i}".encode()
+        return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+
+    expected = sorted(range(200), key=key)[:5]
+    assert [r["id"] for r in first["de"]] == [f"de-{i}" for i in expected]
+    other_seed = sampled(tmp_path / "c", removed_docs(200), seed=1)
+    assert [r["id"] for r in other_seed["de"]] != [r["id"] for r in first["de"]]
+
+
+def test_removed_sample_of_zero_writes_nothing_and_reasons_default_to_the_filter(tmp_path):
+    assert sampled(tmp_path / "none", removed_docs(10), per_language=0) == {}
+    plain = Document(text="dup", id="d1", metadata={"language": "en"})
+    (record,) = sampled(tmp_path / "dedup", [plain], name="minhash", per_language=1)["en"]
+    assert record["metadata"]["filter_reason"] == "minhash:why"  # set by `sampled`
+    from apertus.data.funnel import RemovedSample
+
+    writer = RemovedSample(tmp_path / "x", "minhash", 1, 0)
+    with writer:
+        writer.write(Document(text="dup", id="d2", metadata={"language": "en"}))
+    line = (tmp_path / "x" / "minhash" / "en" / "00000.jsonl").read_text()
+    assert json.loads(line)["metadata"]["filter_reason"] == "minhash"
+    with pytest.raises(ValueError, match="per_language"):
+        RemovedSample(tmp_path, "c4", -1, 0)
+
+
+def test_report_tables_show_skips_and_removed_samples(tmp_path):
+    from apertus.report.tables import removed_samples_table, skipped_table
+
+    run = tmp_path / "run"
+    removed = run / "data" / "removed" / "filter-web-0"
+    sampled(removed, removed_docs(4), name="robots", per_language=3)
+    funnel = {
+        "languages": {
+            "de": [
+                {"step": "read", "documents": 10},
+                {"step": "robots", "documents": 6, "removed_documents": 4},
+                {"step": "c4", "documents": 5, "removed_documents": 1},
+            ]
+        },
+        "skipped": {"web": {"bad_json": 2}, "edu": {}},
+    }
+    skipped = skipped_table(funnel)
+    assert skipped.rows == [["edu", "(none)", 0], ["web", "bad_json", 2]]
+    table = removed_samples_table([removed], funnel, run)
+    robots = [row for row in table.rows if row[0] == "robots"]
+    assert len(robots) == 2  # two excerpts per filter and language
+    assert robots[0][1:4] == ["de", 4, "data/removed/filter-web-0/robots/de/00000.jsonl"]
+    assert robots[0][5] == "robots:why" and robots[0][6].startswith("text ")
+    # A filter that removed documents without a sample is still listed, with its count.
+    assert [row[:4] for row in table.rows if row[0] == "c4"] == [["c4", "de", 1, "-"]]

@@ -621,3 +621,109 @@ def test_exempt_kinds_pass_the_heuristics_untouched():
     assert heuristic.filter(doc) is True and doc.text == code
     assert heuristic.filter(web) is not True
     assert heuristic.stats.stats["exempt"].total == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# The warm word tokenizer: datatrove's splits and decisions, faster
+# --------------------------------------------------------------------------------------------------
+
+EDGE_TEXTS = [
+    "Two  spaces,\ttabs and\u00a0no-break spaces. Then a new sentence! And ... more?",
+    "Lines\u2028with a line separator\u2029and a paragraph separator.\x0bVertical tab.\x0cFeed.",
+    "Citations[1] and edits [edit] inside [citation needed] lines. Second sentence here.",
+    "URLs https://example.org/a?b=c&d=e and mails someone@example.org stay one token.",
+    "Numbers 1,234.56 and 3:45pm, e.g. abbreviations like Dr. Smith and U.S.A. are kept.",
+    "   leading and trailing whitespace   \n\n\n   ",
+    "«Guillemets» — dashes – and “quotes” (brackets) [square] {curly}.",
+]
+
+
+def _sample_texts() -> dict[str, list[str]]:
+    texts: dict[str, list[str]] = {lang: [t] for lang, t in ARTICLES.items()}
+    for _, _, language, text, _ in CASES:
+        texts.setdefault(language, []).append(text)
+    for language in list(texts):
+        texts[language].extend(EDGE_TEXTS)
+    return texts
+
+
+@pytest.mark.parametrize("language", sorted(ARTICLES))
+def test_warm_tokenizer_splits_exactly_like_datatroves(language):
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+    from apertus.data.quality import WarmSpacyTokenizer, word_tokenizer
+
+    warm, cold = word_tokenizer(language), load_word_tokenizer(language)
+    assert isinstance(warm, WarmSpacyTokenizer) and type(cold) is not WarmSpacyTokenizer
+    for text in _sample_texts()[language]:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        for piece in [text, *lines]:
+            assert warm.word_tokenize(piece) == cold.word_tokenize(piece)
+            assert warm.sent_tokenize(piece) == cold.sent_tokenize(piece)
+            assert warm.span_tokenize(piece) == cold.span_tokenize(piece)
+    # A text naming spaCy's attribute IS_ALPHA: inside datatrove's memory zone the sentence
+    # comes back with words of other strings ("without breaks ..."); ours is the text itself.
+    text = "IS_ALPHA breaks spaCy's tokenizer; datatrove retries without it."
+    assert warm.word_tokenize(text) == cold.word_tokenize(text)
+    assert warm.sent_tokenize(text) == [text]
+
+
+def test_warm_vocabulary_is_rebuilt_at_its_limit_without_changing_results():
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+    from apertus.data.quality import WarmSpacyTokenizer
+
+    warm, cold = WarmSpacyTokenizer("en", vocabulary_limit=300), load_word_tokenizer("en")
+    fresh = len(WarmSpacyTokenizer("en").tokenizer.vocab)
+    sizes = []
+    for i in range(40):  # every text brings 50 words never seen before
+        text = " ".join(f"w{i}x{j}." for j in range(50)) + " " + ARTICLES["en"]
+        assert warm.word_tokenize(text) == cold.word_tokenize(text)
+        sizes.append(len(warm.tokenizer.vocab))
+    assert warm.rebuilds >= 3
+    assert max(sizes) <= fresh + 300 + 200  # the limit plus what one text adds
+
+
+def test_heuristic_chain_decides_like_datatroves_filters_on_the_sample_corpus(tmp_path):
+    """The four blocks (warm tokenizer) against datatrove's own filters (its tokenizer, built per
+    language with the same options): same kept documents, same reasons, same edited text."""
+    import gzip
+
+    from datatrove.pipeline.filters.base_filter import get_filter_result
+
+    from apertus.data.quality import _FAMILY_FILTERS, FAMILY_DEFAULTS
+    from apertus.data.sample_corpus import make_sample_corpus
+
+    make_sample_corpus(tmp_path, seed=11, target_bytes=300_000)
+    with gzip.open(tmp_path / "web.jsonl.gz", "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    records = [r for r in records if r.get("language") in GOPHER_STOP_WORDS]
+    assert len(records) > 400
+    ours = [HeuristicQualityFilter(family) for family in HEURISTIC_FAMILIES]
+    theirs: dict[tuple[str, str], object] = {}
+
+    def datatrove_filter(family: str, language: str):
+        if (family, language) not in theirs:
+            options = dict(FAMILY_DEFAULTS[family])
+            if family == "gopher_quality":
+                options["stop_words"] = list(GOPHER_STOP_WORDS[language])
+            theirs[family, language] = _FAMILY_FILTERS[family](language=language, **options)
+        return theirs[family, language]
+
+    outcomes = {"kept": 0, "dropped": 0}
+    for record in records:
+        language = record["language"]
+        mine = doc(record["text"], language)
+        reference = doc(record["text"], language)
+        for family, step in zip(HEURISTIC_FAMILIES, ours, strict=True):
+            kept, reason = get_filter_result(step.filter(mine))
+            expected, expected_reason = get_filter_result(
+                datatrove_filter(family, language).filter(reference)
+            )
+            assert kept == expected, (record["id"], family)
+            if not kept:
+                assert reason == f"{family}:{expected_reason}"
+                break
+            assert mine.text == reference.text
+        outcomes["kept" if kept else "dropped"] += 1
+    assert outcomes["kept"] and outcomes["dropped"]  # both outcomes were compared

@@ -75,6 +75,16 @@ def test_the_report_stage_wrote_every_figure_and_table(default_run):
     )
     assert removed > 0 and "robots.txt removals per language" in compliance
     assert "email replaced" in compliance
+    # Every filter that removed documents left a readable sample, shown in the report.
+    assert "records the readers skipped" in compliance
+    for step in ("robots", "gopher_repetition", "exact", "quality"):
+        files = sorted((default_run / "data" / "removed").glob(f"*/{step}/*/*.jsonl"))
+        assert files, step
+        first = json.loads(files[0].read_text().splitlines()[0])
+        assert first["metadata"]["filter_reason"] and first["text"]
+        assert f"data/removed/{files[0].relative_to(default_run / 'data' / 'removed')}" in (
+            compliance
+        )
 
 
 # Clicks through the report the way a reader does: a category in the menu, then each

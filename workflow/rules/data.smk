@@ -122,6 +122,7 @@ rule data_filter:
         classifiers=rules.data_classifiers.output.models if DATA_NGRAM else [],
     output:
         out=directory(stage_path("data", "filtered", "{source}", "{shard}")),
+        removed=directory(stage_path("data", "removed", "filter-{source}-{shard}")),
         manifest=stage_path("data", "filtered", "{source}", "{shard}.manifest.json"),
     log:
         log_path("data", "filter-{source}-{shard}"),
@@ -143,6 +144,7 @@ rule data_filter:
             "heuristics",
             "quality",
             "toxicity",
+            "removed",
         ),
         snapshot=lambda wildcards, input: DATA_SNAPSHOT,
         models_dir=lambda wildcards, input: DATA_CLASSIFIERS,
@@ -151,6 +153,7 @@ rule data_filter:
     shell:
         "python -m apertus.data.filter --config {params.config:q} --manifest {output.manifest}"
         " --source {wildcards.source} --shard {wildcards.shard} --output-dir {output.out}"
+        " --removed-dir {output.removed}"
         " --snapshot {params.snapshot} --classifiers-dir {params.models_dir}"
         " --sample-dir {params.sample_dir} --threads {threads}"
         " --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
@@ -161,6 +164,7 @@ rule data_dedup:
         filtered=DATA_FILTERED,
     output:
         out=directory(stage_path("data", "dedup")),
+        removed=directory(stage_path("data", "removed", "dedup")),
         manifest=stage_path("data", "dedup.manifest.json"),
     log:
         log_path("data", "dedup"),
@@ -171,11 +175,12 @@ rule data_dedup:
         **stage_job_resources("data"),
     params:
         code=step_code("apertus.data.dedup"),
-        config=stage_config("data", "dedup"),
+        config=stage_config("data", "dedup", "removed"),
         datatrove_logs=f"{DATATROVE_LOGS}/dedup",
     shell:
         "python -m apertus.data.dedup --config {params.config:q} --manifest {output.manifest}"
         " $(printf -- ' --input-dir %s' {input.filtered}) --output-dir {output.out}"
+        " --removed-dir {output.removed}"
         " --work-dir {output.out}.work --threads {threads}"
         " --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
 
@@ -185,6 +190,7 @@ rule data_select:
         dedup=rules.data_dedup.output.out,
     output:
         out=directory(stage_path("data", "corpus")),
+        removed=directory(stage_path("data", "removed", "select")),
         manifest=stage_path("data", "corpus.manifest.json"),
     log:
         log_path("data", "select"),
@@ -195,11 +201,11 @@ rule data_select:
         **stage_job_resources("data"),
     params:
         code=step_code("apertus.data.select"),
-        config=stage_config("data", "quality", "toxicity", "pii", "output"),
+        config=stage_config("data", "quality", "toxicity", "pii", "output", "removed"),
         datatrove_logs=f"{DATATROVE_LOGS}/select",
     shell:
         "python -m apertus.data.select --config {params.config:q} --manifest {output.manifest}"
-        " --input-dir {input.dedup} --output-dir {output.out}"
+        " --input-dir {input.dedup} --output-dir {output.out} --removed-dir {output.removed}"
         " --datatrove-logs {params.datatrove_logs} > {log} 2>&1"
 
 

@@ -64,6 +64,16 @@ rule report_summary:
             shard=[os.path.basename(d) for d in DATA_FILTERED],
         ),
         corpus=rules.data_select.output.manifest,
+        removed=[
+            *expand(
+                rules.data_filter.output.removed,
+                zip,
+                source=[os.path.basename(os.path.dirname(d)) for d in DATA_FILTERED],
+                shard=[os.path.basename(d) for d in DATA_FILTERED],
+            ),
+            rules.data_dedup.output.removed,
+            rules.data_select.output.removed,
+        ],
         phases=expand(rules.tokenize_phase.output.out, phase=REPORT_PHASES),
         table=rules.evaluate_table.output.out,
         memorization=(
@@ -77,7 +87,7 @@ rule report_summary:
             os.path.join(REPORT_SUMMARY, "compliance.html"),
             "compliance",
             "1. Data",
-            what="robots.txt and PII counts",
+            what="robots.txt, PII, skipped records, removed samples",
         ),
         tokens_plot=report_file(
             os.path.join(REPORT_SUMMARY, "tokens.png"),
@@ -171,6 +181,7 @@ rule report_summary:
         " --manifest {output.manifest} --run-dir {params.run_dir}"
         " --output-dir {params.output_dir} --funnel {input.funnel}"
         " {params.filtered} --corpus-manifest {input.corpus} {params.phases}"
+        " $(printf -- ' --removed %s' {input.removed})"
         " --scores {input.table}/scores.csv {params.memorization} {params.rewards}"
         " {params.stages} > {log} 2>&1"
 
