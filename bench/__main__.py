@@ -7,9 +7,10 @@ Benchmarks (`python -m bench.<name>` runs one alone, with its own options):
   train_step    our training step against torchtitan's llama3 at matched size; Goldfish share
   activation    xIELU (fused and reference) against SwiGLU, elementwise and whole MLP
   optimizer     AdEMAMix against AdamW, step time and state memory
-  data_filter   the data stage's filter chain against datatrove's reader -> writer
+  data_filter   the data stage's filter chain against datatrove's FineWeb-2-style chain
   tokenization  the tokenization stage against raw `encode_batch`
   verify_data   the sha256 check of training data against coreutils sha256sum
+  phase_index   the data phase index: build peak memory, memory held open, size on disk
   pipeline      default pipeline wall time, a no-op re-run, the 70B preset's dry-run
 
 The full suite takes about as long as the default pipeline plus a few minutes; `--quick` runs
@@ -35,6 +36,7 @@ BENCHMARKS = (
     "data_filter",
     "tokenization",
     "verify_data",
+    "phase_index",
     "pipeline",
 )
 ROOT = Path(__file__).resolve().parent.parent

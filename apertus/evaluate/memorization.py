@@ -53,6 +53,8 @@ from apertus.data.probes import Probe, read_probes
 
 RESULT_FILE = "memorization.json"
 PLOT_FILE = "memorization.png"
+# Plan rows read at once when counting planted documents in a phase.
+_ROWS_PER_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -354,7 +356,7 @@ def exposure_counts(
     """
     from transformers import AutoTokenizer
 
-    from apertus.tokenize.phases import INDEX_FILE, PhaseDataset
+    from apertus.tokenize.phases import PhaseDataset
 
     probes = read_probes(Path(probes_jsonl))
     try:
@@ -375,16 +377,21 @@ def exposure_counts(
         phase_dir = Path(phase_dir)
         dataset = PhaseDataset(phase_dir)  # checks the index against phase.json and the shards
         verify_checksums(dataset.checksummed_files(), f"phase {phase_dir}")
-        with np.load(phase_dir / INDEX_FILE, allow_pickle=False) as index:
-            doc_tokens = index["tokens"].astype(np.int64)
-        ends = np.cumsum(doc_tokens)
-        candidates = np.flatnonzero(np.isin(doc_tokens, lengths))
-        if limit is not None:
-            candidates = candidates[ends[candidates] <= limit]
-        for i in candidates:
-            probe_id = owner.get(np.asarray(dataset.document(int(i)), dtype=np.int64).tobytes())
-            if probe_id is not None:
-                counts[probe_id] += 1
+        before = 0  # tokens of the stream before the chunk
+        for start in range(0, len(dataset), _ROWS_PER_CHUNK):  # the plan can be billions of rows
+            doc_tokens = dataset.rows(start, start + _ROWS_PER_CHUNK)["tokens"]
+            ends = np.cumsum(doc_tokens) + before
+            before = int(ends[-1])
+            candidates = np.flatnonzero(np.isin(doc_tokens, lengths))
+            if limit is not None:
+                candidates = candidates[ends[candidates] <= limit]
+            for i in candidates:
+                document = dataset.document(start + int(i))
+                probe_id = owner.get(np.asarray(document, dtype=np.int64).tobytes())
+                if probe_id is not None:
+                    counts[probe_id] += 1
+            if limit is not None and before >= limit:
+                break
     return counts
 
 

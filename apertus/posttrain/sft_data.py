@@ -377,7 +377,7 @@ def read_replay(
         )
     verify_checksums(phase.checksummed_files(config.documents), f"replay data of {phase_dir}")
     documents = [np.asarray(phase.document(i)) for i in range(config.documents)]
-    return documents, {"phase": config.phase, "index_sha256": phase.meta["index"]["sha256"]}
+    return documents, {"phase": config.phase, "index_sha256": phase.index_sha256}
 
 
 def main(argv: list[str] | None = None) -> None:

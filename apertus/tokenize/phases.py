@@ -5,17 +5,20 @@ changes at phases 3, 4 and 5. A phase is an *index* over the token shards that d
 DocumentTokenizer wrote (one directory per source), never a copy of them.
 :func:`build_phase_index` plans the phase and writes two files:
 
-- ``index.npz``: one row per planned document, in training order, as four compact arrays:
-  ``source`` (uint8, position in phase.json's source list), ``file`` (uint32, position in that
-  source's file list), ``document`` (uint32, document number inside the file) and ``tokens``
-  (uint32, the document's length; kept so a shard rewritten since planning is noticed on read).
-  11 bytes per document, whatever the document's length.
+- the index, one row per planned document in training order, as two ``.npy`` columns:
+  ``index.source.npy`` (uint8, the source's position in phase.json's source list) and
+  ``index.document.npy`` (the document's number in its source: its files' documents counted in
+  path order, empty ones included; uint32, or uint64 when a source holds 2**32 documents or
+  more), 5 bytes per document; and ``index.blocks.npy`` (uint64), the tokens before every
+  ``block_rows``-th row (1024) and the total, to find a token offset without a table per
+  document. A document's file, place and length come from its shard's ``.ds.index``. Format 2
+  (``index.npz``: 13 bytes per document, read whole into memory) is refused with the advice to
+  rebuild; both formats give the same rows in the same order.
 - ``phase.json``: the spec, what each source holds and contributes (tokens, documents, epochs),
   its shard files with the sha256 from the source's ``checksums.json`` (of each ``.ds`` file and
-  its ``.ds.index``), and the index's sha256. Each source's shard directory (``dir``) is
-  recorded relative to the phase's own folder (``../../shards/web``), so a results folder moved
-  or copied whole still reads; phase.json of format 1 recorded it as given to the planner (an
-  absolute path, or one relative to the working directory), and is read that way. Training
+  its ``.ds.index``; ``planned`` when the plan reads it), and the index files' sha256. Each
+  source's shard directory (``dir``) is recorded relative to the phase's own folder
+  (``../../shards/web``), so a results folder moved or copied whole still reads. Training
   verifies the files it reads against these before its first step
   (`PhaseDataset.checksummed_files`).
   ``languages`` counts the planned documents and tokens per language, exactly, from the
@@ -64,8 +67,16 @@ holds within ``d_s / 2 + w_s * sum(d) / 2`` tokens of ``w_s * L``.
 Determinism. Permutations come from the raw output of a PCG64 generator seeded by
 ``SeedSequence([seed, key(source name), epoch])`` sorted stably; numpy guarantees those raw
 streams across versions (unlike ``Generator.permutation``). A source's order therefore depends
-only on the seed, its name and its shards, not on which other sources share the phase. index.npz
-is written with fixed zip timestamps, so the same spec and shards give byte-identical files.
+only on the seed, its name and its shards, not on which other sources share the phase. The same
+spec and shards give byte-identical index files.
+
+Scale. Memory does not grow with the corpus, building or reading. The planner streams each
+source's shard indexes into memory-mapped columns in a work folder (``.build``, removed after),
+sorts permutations larger than `_CHUNK` out of core (a counting sort into buckets on the raw
+values' top bits, then each bucket alone: exactly the stable argsort), and merges the sources
+block by block in progress order; a reader maps the index and touches only the pages of the rows
+it reads. Disk: about 5 bytes per document for the index, and while building ~46 bytes per
+document of the largest source in the work folder.
 
 Packing. :meth:`PhaseDataset.packed_sequences` cuts the concatenated plan into windows of
 ``seq_len + 1`` tokens (input = ``w[:-1]``, labels = ``w[1:]``) that do not overlap, as
@@ -78,11 +89,12 @@ window boundary continues at position 0, matching the attention mask that resets
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import operator
 import os
-import zipfile
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -96,7 +108,6 @@ import numpy as np
 from apertus.core import ApertusError
 from apertus.core.files import (
     Checksummed,
-    atomic_open,
     atomic_write_json,
     recorded_path,
     resolve_recorded,
@@ -104,28 +115,35 @@ from apertus.core.files import (
 )
 from apertus.core.typed import is_integer
 
-# 2: sources' ``dir`` relative to the phase folder (1: as given, relative to the working directory).
-PHASE_FORMAT_VERSION = 2
+# 3: the index as memory-mapped .npy columns (2: index.npz, read whole; sources' ``dir``
+# relative to the phase folder since 2).
+PHASE_FORMAT_VERSION = 3
 # The weight that takes every document of a source exactly once (module docstring).
 ALL = "all"
-INDEX_FILE = "index.npz"
+SOURCE_FILE = "index.source.npy"
+DOCUMENT_FILE = "index.document.npy"
+BLOCKS_FILE = "index.blocks.npy"
+INDEX_FILES = (SOURCE_FILE, DOCUMENT_FILE, BLOCKS_FILE)
+LEGACY_INDEX_FILE = "index.npz"  # format 2
+BLOCK_ROWS = 1 << 10  # rows between two entries of the block table
 PHASE_FILE = "phase.json"
 CHECKSUMS_FILE = "checksums.json"
 
 # Token files are little-endian, as datatrove writes them on every platform it runs on.
 _TOKEN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 _INDEX_DTYPE = np.dtype("<u8")
-_INDEX_ARRAYS = {
-    "source": np.dtype("u1"),
-    "file": np.dtype("<u4"),
-    "document": np.dtype("<u4"),
-    "tokens": np.dtype("<u4"),
-}
+_SOURCE_DTYPE = np.dtype("u1")
+_DOCUMENT_DTYPES = {False: np.dtype("<u4"), True: np.dtype("<u8")}  # key: 2**32 documents or more
 _UINT32_LIMIT = 1 << 32
 _MAX_SOURCES = 256  # the source column is uint8
 _MAX_LANGUAGES = 1 << 16  # a source's languages are numbered in uint16 while planning
-# The earliest date a zip entry can carry: fixed so that rebuilding gives identical bytes.
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+# Rows handled at once while planning and merging (and the largest permutation sorted in memory):
+# bounds the planner's memory at a few hundred MB whatever the corpus.
+_CHUNK = 1 << 21
+_OPEN_FILES = 64  # shard files a PhaseDataset keeps open for reading
+_MAP_BYTES = 64 << 20  # the most of a file mapped at once while gathering from it
+# The planner's document table of a source, one file per column in its work folder.
+_TABLE_COLUMNS = {"doc": "<u8", "length": "<u4", "language": "<u2"}
 
 
 @dataclass(frozen=True)
@@ -189,25 +207,66 @@ class PhaseSpec:
         object.__setattr__(self, "weights", MappingProxyType(weights))
 
 
+def _gather(path: Path, dtype: str, count: int, index) -> np.ndarray:
+    """`index` of the `count` items of `dtype` in file `path`, through maps of at most
+    `_MAP_BYTES` that are closed again: at most that much of the file is ever resident in the
+    process, however large the file (the pages read stay in the page cache only)."""
+    index = np.asarray(index, dtype=np.int64)
+    item = np.dtype(dtype).itemsize
+    span = max(_MAP_BYTES // item, 1)
+    if count == 0 or index.size == 0:
+        return np.zeros(index.shape, dtype=dtype)
+    if count <= span:
+        windows = [(0, count, np.arange(index.size), index.ravel())]
+    else:
+        order = np.argsort(index, axis=None, kind="stable")
+        ordered = index.ravel()[order]
+        cuts = np.searchsorted(ordered, np.arange(0, count + span, span))
+        windows = [
+            (w * span, min(span, count - w * span), order[lo:hi], ordered[lo:hi] - w * span)
+            for w, (lo, hi) in enumerate(itertools.pairwise(cuts))
+            if hi > lo
+        ]
+    out = np.empty(index.size, dtype=dtype)
+    for first, size, where, offsets in windows:
+        mapped = np.memmap(path, dtype=dtype, mode="r", offset=first * item, shape=(size,))
+        try:
+            out[where] = mapped[offsets]
+        finally:
+            del mapped
+    return out.reshape(index.shape)
+
+
+def _read_slice(path: Path, dtype: str, start: int, stop: int) -> np.ndarray:
+    """Items `start` to `stop` of a file of `dtype`, read (not mapped)."""
+    item = np.dtype(dtype).itemsize
+    return np.fromfile(path, dtype=dtype, count=max(stop - start, 0), offset=start * item)
+
+
 @dataclass
 class _ShardFile:
     path: Path
     relpath: str
     sha256: str
     size: int
-    ends: np.ndarray  # cumulative document ends, in tokens
+    documents: int
     index_sha256: str | None  # of the .ds.index file, when checksums.json lists it
 
 
 class _SourceShards:
-    """A DocumentTokenizer output directory: its .ds files in path order and their document ends.
+    """A DocumentTokenizer output directory: its .ds files in path order, checked, and its
+    document table written to `work` as memory-mapped columns, one row per non-empty document in
+    (file, document) order: ``doc`` (the document's number in the source, counting every file's
+    documents in path order, empty ones too), ``length`` (tokens) and ``language`` (position in
+    the sorted `languages`).
 
-    Everything the planner relies on is checked against ``checksums.json`` and the files' sizes
-    (never their contents, which can be terabytes): a shard missing, unlisted, truncated, or whose
-    index does not end at the file's length raises ApertusError naming it.
+    Everything is streamed one shard file (or one chunk of a large one) at a time, so memory does
+    not grow with the source. Checked against ``checksums.json`` and the files' sizes (never the
+    token files' contents, which can be terabytes): a shard missing, unlisted, truncated, or
+    whose index does not end at the file's length raises ApertusError naming it.
     """
 
-    def __init__(self, name: str, directory: Path):
+    def __init__(self, name: str, directory: Path, work: Path):
         self.name = name
         self.directory = Path(directory)
         where = f"source {name!r} ({self.directory})"
@@ -241,118 +300,332 @@ class _SourceShards:
         if missing:
             raise ApertusError(f"{where}: shard {missing[0]} is in {CHECKSUMS_FILE} but missing")
         self.files: list[_ShardFile] = []
-        for relpath, path in on_disk:
-            entry = listed.get(relpath)
-            if not isinstance(entry, dict) or "sha256" not in entry or "bytes" not in entry:
-                raise ApertusError(f"{path}: not listed with sha256 and bytes in {CHECKSUMS_FILE}")
-            size = path.stat().st_size
-            if size != entry["bytes"]:
-                raise ApertusError(
-                    f"{path}: {size} bytes, {CHECKSUMS_FILE} records {entry['bytes']} "
-                    "(truncated or rewritten after tokenization)"
-                )
-            if size % itemsize:
-                raise ApertusError(f"{path}: {size} bytes is not a whole number of {dtype_name}")
-            index_path = path.with_name(path.name + ".index")
-            if not index_path.is_file():
-                raise ApertusError(f"{index_path}: document index missing")
-            index_size = index_path.stat().st_size
-            index_entry = listed.get(f"{relpath}.index")
-            if isinstance(index_entry, dict) and index_entry.get("bytes", index_size) != index_size:
-                raise ApertusError(
-                    f"{index_path}: {index_size} bytes, {CHECKSUMS_FILE} records "
-                    f"{index_entry['bytes']} (truncated or rewritten after tokenization)"
-                )
-            if index_size % _INDEX_DTYPE.itemsize:
-                raise ApertusError(f"{index_path}: size is not a whole number of uint64")
-            ends = np.fromfile(index_path, dtype=_INDEX_DTYPE)
-            if len(ends) and np.any(ends[1:] < ends[:-1]):
-                raise ApertusError(f"{index_path}: document ends are not non-decreasing")
-            tokens = size // itemsize
-            last = int(ends[-1]) if len(ends) else 0
-            if last != tokens:
-                raise ApertusError(
-                    f"{index_path}: last document ends at token {last}, "
-                    f"but {path.name} holds {tokens} tokens"
-                )
-            if len(ends) >= _UINT32_LIMIT:
-                raise ApertusError(f"{path}: {len(ends)} documents, more than uint32 can index")
-            index_sha = index_entry.get("sha256") if isinstance(index_entry, dict) else None
-            self.files.append(
-                _ShardFile(path, relpath, str(entry["sha256"]), size, ends, index_sha)
-            )
+        work.mkdir(parents=True, exist_ok=True)
+        columns = {k: (work / f"{name}.{k}").open("wb") for k in ("doc", "length", "language")}
+        codes: dict[str, int] = {}  # language -> position, in order of first sight
+        self.tokens = self.documents = self.rows = self.empty_documents = 0
+        try:
+            for relpath, path in on_disk:
+                shard = self._check_file(relpath, path, listed, itemsize)
+                file_codes, languages = self._file_languages(shard, listed)
+                mapping = np.array([codes.setdefault(c, len(codes)) for c in file_codes], np.int64)
+                if len(codes) > _MAX_LANGUAGES:
+                    raise ApertusError(f"{where}: more than {_MAX_LANGUAGES} languages")
+                index_path = path.with_name(path.name + ".index")
+                previous = np.uint64(0)
+                for start in range(0, shard.documents, _CHUNK):
+                    chunk = _read_slice(index_path, "<u8", start, start + _CHUNK)
+                    if np.any(chunk[1:] < chunk[:-1]) or chunk[0] < previous:
+                        raise ApertusError(f"{path}.index: document ends are not non-decreasing")
+                    lengths = np.diff(chunk, prepend=previous).astype(np.int64)
+                    previous = chunk[-1]
+                    keep = np.flatnonzero(lengths > 0)
+                    if len(keep) and int(lengths[keep].max()) >= _UINT32_LIMIT:
+                        raise ApertusError(
+                            f"{where}: a document longer than {_UINT32_LIMIT - 1} tokens"
+                        )
+                    self.empty_documents += len(lengths) - len(keep)
+                    columns["doc"].write((keep + (self.documents + start)).astype("<u8").tobytes())
+                    columns["length"].write(lengths[keep].astype("<u4").tobytes())
+                    chunk_languages = mapping[languages[start : start + _CHUNK][keep]]
+                    columns["language"].write(chunk_languages.astype("<u2").tobytes())
+                    self.rows += len(keep)
+                    self.tokens += int(lengths.sum())
+                self.documents += shard.documents
+                self.files.append(shard)
+        finally:
+            for f in columns.values():
+                f.close()
         if len(self.files) >= _UINT32_LIMIT:
             raise ApertusError(
                 f"{where}: {len(self.files)} shard files, more than uint32 can index"
             )
-
-        # One row per non-empty document, in (file, document) order.
-        file_ids, doc_ids, lengths = [], [], []
-        self.empty_documents = 0
-        for f, shard in enumerate(self.files):
-            doc_len = np.diff(shard.ends, prepend=np.uint64(0)).astype(np.int64)
-            keep = np.flatnonzero(doc_len > 0)
-            self.empty_documents += len(doc_len) - len(keep)
-            file_ids.append(np.full(len(keep), f, dtype=np.uint32))
-            doc_ids.append(keep.astype(np.uint32))
-            lengths.append(doc_len[keep])
-        self.doc_file = np.concatenate(file_ids) if file_ids else np.zeros(0, np.uint32)
-        self.doc_id = np.concatenate(doc_ids) if doc_ids else np.zeros(0, np.uint32)
-        self.doc_len = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-        if len(self.doc_len) and int(self.doc_len.max()) >= _UINT32_LIMIT:
-            raise ApertusError(f"{where}: a document longer than {_UINT32_LIMIT - 1} tokens")
-        self.tokens = int(self.doc_len.sum())
-        self.documents = sum(len(s.ends) for s in self.files)
         for key, value in (("documents", self.documents), ("tokens", self.tokens)):
             if key in checksums and checksums[key] != value:
                 raise ApertusError(
                     f"{checksums_path}: records {key}={checksums[key]}, the shards hold {value}"
                 )
-        self.languages, self.doc_language = self._document_languages(listed)
+        # Language positions renumbered from order of first sight to sorted order.
+        self.languages = sorted(codes)
+        self._renumber = np.zeros(max(len(codes), 1), dtype=np.int64)
+        for code, seen in codes.items():
+            self._renumber[seen] = self.languages.index(code)
+        self._work = work
+        # Where each file's documents start in the source's numbering, and the total.
+        self.file_starts = np.cumsum([0] + [f.documents for f in self.files], dtype=np.int64)
 
-    def _document_languages(self, listed: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
-        """The languages the source holds (sorted) and, per row of the document table, the
-        position of its language among them, from each file's sidecar.
+    def column(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Column `key` (``doc``, ``length``, ``language``) of the table rows `rows`."""
+        return _gather(self._work / f"{self.name}.{key}", _TABLE_COLUMNS[key], self.rows, rows)
 
-        Sidecars are small (a few bytes per document), so unlike the token files they are read
-        whole and their sha256 checked against checksums.json.
-        """
+    def _check_file(self, relpath: str, path: Path, listed: Mapping, itemsize: int) -> _ShardFile:
+        entry = listed.get(relpath)
+        if not isinstance(entry, dict) or "sha256" not in entry or "bytes" not in entry:
+            raise ApertusError(f"{path}: not listed with sha256 and bytes in {CHECKSUMS_FILE}")
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            raise ApertusError(
+                f"{path}: {size} bytes, {CHECKSUMS_FILE} records {entry['bytes']} "
+                "(truncated or rewritten after tokenization)"
+            )
+        if size % itemsize:
+            raise ApertusError(f"{path}: {size} bytes is not a whole number of {self.dtype_name}")
+        index_path = path.with_name(path.name + ".index")
+        if not index_path.is_file():
+            raise ApertusError(f"{index_path}: document index missing")
+        index_size = index_path.stat().st_size
+        index_entry = listed.get(f"{relpath}.index")
+        if isinstance(index_entry, dict) and index_entry.get("bytes", index_size) != index_size:
+            raise ApertusError(
+                f"{index_path}: {index_size} bytes, {CHECKSUMS_FILE} records "
+                f"{index_entry['bytes']} (truncated or rewritten after tokenization)"
+            )
+        if index_size % _INDEX_DTYPE.itemsize:
+            raise ApertusError(f"{index_path}: size is not a whole number of uint64")
+        documents = index_size // _INDEX_DTYPE.itemsize
+        if documents >= _UINT32_LIMIT:
+            raise ApertusError(f"{path}: {documents} documents, more than uint32 can index")
+        tokens = size // itemsize
+        last = 0
+        if documents:
+            last = int(np.memmap(index_path, dtype=_INDEX_DTYPE, mode="r")[-1])
+        if last != tokens:
+            raise ApertusError(
+                f"{index_path}: last document ends at token {last}, "
+                f"but {path.name} holds {tokens} tokens"
+            )
+        index_sha = index_entry.get("sha256") if isinstance(index_entry, dict) else None
+        return _ShardFile(path, relpath, str(entry["sha256"]), size, documents, index_sha)
+
+    def _file_languages(self, shard: _ShardFile, listed: Mapping) -> tuple[list[str], np.ndarray]:
+        """One file's sidecar (small: a few bytes per document), its sha256 checked against
+        checksums.json: the codes and each document's position in them."""
         from apertus.tokenize.shards import LANGUAGES_SUFFIX, document_languages
 
-        per_file: list[tuple[list[str], np.ndarray]] = []
-        for shard in self.files:
-            relpath = shard.relpath + LANGUAGES_SUFFIX
-            path = self.directory / relpath
-            entry = listed.get(relpath)
-            if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
-                raise ApertusError(
-                    f"{path}: not in {CHECKSUMS_FILE}: the shards of source {self.name!r} were "
-                    "written without the language of each document (before sidecars existed); "
-                    f"remove {self.directory} and re-run tokenize_shards for {self.name!r}"
-                )
-            if not path.is_file():
-                raise ApertusError(f"{path}: language sidecar missing (listed in {CHECKSUMS_FILE})")
-            data = path.read_bytes()
-            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                raise ApertusError(
-                    f"{path}: sha256 differs from {CHECKSUMS_FILE} "
-                    "(corrupted or rewritten after tokenization)"
-                )
-            per_file.append(document_languages(shard.path, len(shard.ends), data))
-        codes = sorted({code for file_codes, _ in per_file for code in file_codes})
-        if len(codes) > _MAX_LANGUAGES:
+        relpath = shard.relpath + LANGUAGES_SUFFIX
+        path = self.directory / relpath
+        entry = listed.get(relpath)
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise ApertusError(
-                f"source {self.name!r}: {len(codes)} languages, at most {_MAX_LANGUAGES}"
+                f"{path}: not in {CHECKSUMS_FILE}: the shards of source {self.name!r} were "
+                "written without the language of each document (before sidecars existed); "
+                f"remove {self.directory} and re-run tokenize_shards for {self.name!r}"
             )
-        position = {code: i for i, code in enumerate(codes)}
-        # Every document of every file, in (file, document) order, then the table's rows of it.
-        every = [
-            np.array([position[c] for c in file_codes], dtype=np.uint16)[positions]
-            for file_codes, positions in per_file
-        ]
-        every_language = np.concatenate(every) if every else np.zeros(0, np.uint16)
-        file_start = np.cumsum([0] + [len(shard.ends) for shard in self.files], dtype=np.int64)
-        return codes, every_language[file_start[self.doc_file] + self.doc_id]
+        if not path.is_file():
+            raise ApertusError(f"{path}: language sidecar missing (listed in {CHECKSUMS_FILE})")
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ApertusError(
+                f"{path}: sha256 differs from {CHECKSUMS_FILE} "
+                "(corrupted or rewritten after tokenization)"
+            )
+        return document_languages(shard.path, shard.documents, data)
+
+    def languages_of(self, rows: np.ndarray) -> np.ndarray:
+        """Positions in the sorted `languages` of the table rows `rows`."""
+        return self._renumber[self.column("language", rows).astype(np.int64)]
+
+
+def _permutation(n: int, seed: int, source: str, epoch: int, work: Path) -> Iterator[np.ndarray]:
+    """A seeded permutation of range(n), equal on all numpy versions, in pieces: the stable
+    argsort of ``n`` raw PCG64 outputs (numpy guarantees that stream across versions), in
+    bounded memory.
+
+    Up to `_CHUNK` elements it is sorted at once. Beyond, a counting sort on the top bits of the
+    raw values splits them into buckets of about `_CHUNK` (the values are generated twice: to
+    count, then to place each with its position into its bucket's region of two memory-mapped
+    files in `work`), and each bucket is then sorted alone. Positions enter a bucket in
+    increasing order, so a stable sort of each bucket gives exactly the whole stable argsort.
+    """
+
+    def generator() -> np.random.PCG64:
+        return np.random.PCG64(np.random.SeedSequence([seed, _name_key(source), epoch]))
+
+    if n <= _CHUNK:
+        yield np.argsort(generator().random_raw(n), kind="stable")
+        return
+    bits = max(1, math.ceil(math.log2(n / _CHUNK)))
+    shift = np.uint64(64 - bits)
+    counts = np.zeros(1 << bits, dtype=np.int64)
+    bit_generator = generator()
+    for start in range(0, n, _CHUNK):
+        raw = bit_generator.random_raw(min(_CHUNK, n - start))
+        counts += np.bincount((raw >> shift).astype(np.int64), minlength=1 << bits)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    work.mkdir(parents=True, exist_ok=True)
+    paths = {"values": work / "permutation.values", "positions": work / "permutation.positions"}
+    filled = offsets[:-1].copy()
+    bit_generator = generator()
+    with paths["values"].open("wb") as values, paths["positions"].open("wb") as positions:
+        for start in range(0, n, _CHUNK):
+            raw = bit_generator.random_raw(min(_CHUNK, n - start))
+            bucket = (raw >> shift).astype(np.int64)
+            order = np.argsort(bucket, kind="stable")
+            sizes = np.bincount(bucket, minlength=1 << bits)
+            cuts = np.concatenate([[0], np.cumsum(sizes)])
+            for b in np.flatnonzero(sizes):  # written, not mapped: nothing stays resident
+                take = order[cuts[b] : cuts[b + 1]]
+                os.pwrite(values.fileno(), raw[take].tobytes(), int(filled[b]) * 8)
+                os.pwrite(
+                    positions.fileno(), (take + start).astype("<i8").tobytes(), int(filled[b]) * 8
+                )
+                filled[b] += sizes[b]
+    try:
+        for b in range(1 << bits):
+            lo, hi = int(offsets[b]), int(offsets[b + 1])
+            if hi > lo:
+                bucket_values = _read_slice(paths["values"], "<u8", lo, hi)
+                bucket_positions = _read_slice(paths["positions"], "<i8", lo, hi)
+                yield bucket_positions[np.argsort(bucket_values, kind="stable")]
+    finally:
+        for path in paths.values():
+            path.unlink(missing_ok=True)
+
+
+@dataclass
+class _SourcePlan:
+    """One source's document stream in `work`: table rows in training order (``rows``) and each
+    one's midpoint in the stream's tokens (``midpoints``), read a slice at a time."""
+
+    path: Path  # <path>.plan and <path>.midpoints
+    count: int
+    tokens: int
+    epochs: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _file(self, what: str) -> Path:
+        return self.path.with_name(f"{self.path.name}.{what}")
+
+    def read(self, what: str, start: int, stop: int) -> np.ndarray:
+        """Items `start` to `stop` of ``rows`` or ``midpoints``."""
+        dtype = "<i8" if what == "rows" else "<f8"
+        return _read_slice(self._file(what), dtype, start, min(stop, self.count))
+
+    def progress_at(self, position: int) -> float:
+        return float(_gather(self._file("midpoints"), "<f8", self.count, position)) / self.tokens
+
+
+def _plan_source(shards: _SourceShards, seed: int, target: int, work: Path) -> _SourcePlan:
+    """Rows of `shards`' document table, in training order, until `target` tokens are reached
+    (module docstring: epochs of fresh permutations, the last document taken whole), written
+    chunk by chunk to `work`."""
+    rows_path, mid_path = (
+        work / f"{shards.name}.rows",
+        work / f"{shards.name}.midpoints",
+    )
+    planned = epochs = 0
+    with rows_path.open("wb") as rows_file, mid_path.open("wb") as mid_file:
+        while planned < target and shards.rows:
+            for order in _permutation(shards.rows, seed, shards.name, epochs, work / "sort"):
+                lengths = shards.column("length", order).astype(np.int64)
+                reached = np.cumsum(lengths) + planned
+                if int(reached[-1]) >= target:
+                    cut = int(np.searchsorted(reached, target, side="left")) + 1
+                    order, lengths, reached = order[:cut], lengths[:cut], reached[:cut]
+                rows_file.write(order.astype("<i8").tobytes())
+                # As the in-memory planner computed them: cumulative tokens less half a length.
+                mid_file.write((reached - lengths / 2).astype("<f8").tobytes())
+                planned = int(reached[-1])
+                if planned >= target:
+                    break
+            epochs += 1
+    return _SourcePlan(work / shards.name, rows_path.stat().st_size // 8, planned, epochs)
+
+
+def _progress_position(plan: _SourcePlan, threshold: float) -> int:
+    """The first position of `plan` whose progress (midpoint / planned tokens) is at least
+    `threshold`, exactly as the division rounds: a binary search reading ~log2(n) values."""
+    lo, hi = 0, len(plan)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if plan.progress_at(mid) < threshold:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+class _NpyWriter:
+    """A ``.npy`` file of `count` items of `dtype` written front to back (the bytes
+    ``numpy.save`` writes for the same array), never mapped."""
+
+    def __init__(self, path: Path, dtype: np.dtype, count: int):
+        self.file = path.open("wb")
+        self.dtype, self.count, self.written = np.dtype(dtype), count, 0
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False}
+        np.lib.format.write_array_header_1_0(self.file, {**header, "shape": (count,)})
+
+    def write(self, items: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(items, dtype=self.dtype).tobytes())
+        self.written += len(items)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.written != self.count:
+            raise ApertusError(f"{self.file.name}: {self.written} items of {self.count} (a bug)")
+
+
+def _merge(
+    sources: list[_SourceShards],
+    plans: list[_SourcePlan],
+    out_dir: Path,
+    document_dtype: np.dtype,
+) -> dict[str, np.ndarray | int]:
+    """The progress-balanced merge of the sources' streams (module docstring), written as the
+    index columns, block by block.
+
+    Each block takes from every source the documents whose progress lies in
+    ``[k / blocks, (k + 1) / blocks)`` and sorts them by (progress, source): as each stream's
+    progress increases, the blocks in order are the whole sorted merge. Returns the tokens
+    before every `BLOCK_ROWS`-th row (and the total, last) and the row count.
+    """
+    total = sum(len(p) for p in plans)
+    source_out = _NpyWriter(out_dir / f"{SOURCE_FILE}.tmp", _SOURCE_DTYPE, total)
+    doc_out = _NpyWriter(out_dir / f"{DOCUMENT_FILE}.tmp", document_dtype, total)
+    blocks = max(1, math.ceil(total / _CHUNK))
+    starts = [0] * len(plans)
+    written = 0
+    carried = 0  # tokens before row `written`
+    marks = [0]  # tokens before rows 0, BLOCK_ROWS, 2 * BLOCK_ROWS, ...
+    for k in range(1, blocks + 1):
+        parts = []
+        for i, plan in enumerate(plans):
+            stop = len(plan) if k == blocks else _progress_position(plan, k / blocks)
+            if stop > starts[i]:
+                progress = plan.read("midpoints", starts[i], stop) / plan.tokens
+                parts.append((i, plan.read("rows", starts[i], stop), progress))
+            starts[i] = stop
+        if not parts:
+            continue
+        source = np.concatenate([np.full(len(r), i, dtype=np.uint8) for i, r, _ in parts])
+        progress = np.concatenate([p for _, _, p in parts])
+        order = np.lexsort((source, progress))
+        rows = np.concatenate([r for _, r, _ in parts])[order]
+        source = source[order]
+        docs = np.empty(len(rows), dtype=np.int64)
+        lengths = np.empty(len(rows), dtype=np.int64)
+        for i, shards in enumerate(sources):
+            mine = source == i
+            if mine.any():
+                docs[mine] = shards.column("doc", rows[mine])
+                lengths[mine] = shards.column("length", rows[mine])
+        source_out.write(source)
+        doc_out.write(docs)
+        cumulative = np.cumsum(lengths) + carried
+        # Tokens before each row j * BLOCK_ROWS (j >= 1) that falls in this piece.
+        first = max(BLOCK_ROWS, -(-written // BLOCK_ROWS) * BLOCK_ROWS)
+        for row in range(first, written + len(rows), BLOCK_ROWS):
+            marks.append(carried if row == written else int(cumulative[row - written - 1]))
+        written += len(rows)
+        carried = int(cumulative[-1])
+    source_out.close()
+    doc_out.close()
+    if total and written != total:
+        raise ApertusError(f"merged {written} rows of {total} (a bug)")
+    marks.append(carried)
+    return {"blocks": np.array(marks, dtype=_INDEX_DTYPE), "rows": total}
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -449,55 +722,17 @@ def _name_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
 
 
-def _permutation(n: int, seed: int, source: str, epoch: int) -> np.ndarray:
-    """A seeded permutation of range(n), equal on all numpy versions (raw PCG64, stable sort)."""
-    bit_generator = np.random.PCG64(np.random.SeedSequence([seed, _name_key(source), epoch]))
-    return np.argsort(bit_generator.random_raw(n), kind="stable")
-
-
-def _plan_source(shards: _SourceShards, seed: int, target: int) -> tuple[np.ndarray, int]:
-    """Rows of `shards`' document table, in training order, until `target` tokens are reached."""
-    parts: list[np.ndarray] = []
-    remaining, epochs = target, 0
-    while remaining > 0:
-        order = _permutation(len(shards.doc_len), seed, shards.name, epochs)
-        reached = np.cumsum(shards.doc_len[order])
-        epochs += 1
-        if int(reached[-1]) >= remaining:
-            parts.append(order[: int(np.searchsorted(reached, remaining, side="left")) + 1])
-            remaining = 0
-        else:
-            parts.append(order)
-            remaining -= int(reached[-1])
-    rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return rows, epochs
-
-
-def _write_index(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """Write an .npz atomically and reproducibly: no compression, fixed entry dates.
-
-    ``numpy.savez`` stamps each entry with the current time, so two builds of the same phase would
-    differ.
-    """
-    with (
-        atomic_open(path, "w+b") as f,
-        zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf,
-    ):
-        for name, array in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
-            with zf.open(info, "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
-
-
 def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: Path) -> dict:
-    """Plan the documents of one phase and write ``index.npz`` and ``phase.json`` to `out_dir`.
+    """Plan the documents of one phase and write its index files and ``phase.json`` to `out_dir`.
 
     `shard_dirs` maps source names to DocumentTokenizer output directories; sources it names that
     `spec.weights` does not are ignored. Returns the content of phase.json. Raises ApertusError
     naming the source or file for a source without a shard directory, a weighted source with no
     tokens, shards inconsistent with their checksums.json, sources tokenized with different
     vocabularies, and values that do not fit the index's integer columns. Each source's ``dir``
-    is recorded relative to `out_dir` (module docstring).
+    is recorded relative to `out_dir` (module docstring). Memory stays bounded whatever the
+    corpus: tables, permutations and plans go through memory-mapped files in a work folder
+    (``out_dir/.build``, removed at the end).
     """
     out_dir = Path(out_dir)
     where = f"phase {spec.name!r}"
@@ -507,77 +742,83 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
         raise ApertusError(
             f"{where}: source {missing[0]!r} has no shard directory (have: {sorted(shard_dirs)})"
         )
-    sources = {s: _SourceShards(s, Path(shard_dirs[s])) for s in names}
-    vocab = {(sources[s].dtype_name, sources[s].vocab_size) for s in names}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # phase.json is written last and names the index files' sha256: a reader never pairs a new
+    # index with an old phase.json, and an interrupted rebuild leaves no phase.json at all.
+    (out_dir / PHASE_FILE).unlink(missing_ok=True)
+    work = out_dir / ".build"
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        record = _build(spec, shard_dirs, out_dir, work, names, where)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for name in INDEX_FILES:
+            (out_dir / f"{name}.tmp").unlink(missing_ok=True)
+    atomic_write_json(out_dir / PHASE_FILE, record)
+    return record
+
+
+def _build(
+    spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: Path, work: Path, names, where
+) -> dict:
+    sources = [_SourceShards(s, Path(shard_dirs[s]), work) for s in names]
+    vocab = {(s.dtype_name, s.vocab_size) for s in sources}
     if len(vocab) > 1:
-        described = ", ".join(
-            f"{s}: {sources[s].dtype_name}/{sources[s].vocab_size}" for s in names
-        )
+        described = ", ".join(f"{s.name}: {s.dtype_name}/{s.vocab_size}" for s in sources)
         raise ApertusError(
             f"{where}: sources were tokenized with different vocabularies: {described}"
         )
     dtype_name, vocab_size = vocab.pop()
 
-    available = {s: sources[s].tokens for s in names}
-    for s in names:
-        if spec.weights[s] != 0 and available[s] == 0:
+    available = {s.name: s.tokens for s in sources}
+    for s in sources:
+        if spec.weights[s.name] != 0 and s.tokens == 0:
             raise ApertusError(
-                f"{where}: source {s!r} has weight {spec.weights[s]} but no tokens in "
-                f"{sources[s].directory} ({len(sources[s].files)} shard files)"
+                f"{where}: source {s.name!r} has weight {spec.weights[s.name]} but no tokens in "
+                f"{s.directory} ({len(s.files)} shard files)"
             )
     targets, shares = _targets(spec, available, names)
 
     # Each source's own document stream, then the progress-balanced merge (module docstring).
-    plans = {s: _plan_source(sources[s], spec.seed, targets[s]) for s in names}
-    columns: dict[str, list[np.ndarray]] = {k: [] for k in (*_INDEX_ARRAYS, "progress")}
-    for i, s in enumerate(names):
-        rows, _ = plans[s]
-        lengths = sources[s].doc_len[rows]
-        planned = int(lengths.sum())
-        midpoints = np.cumsum(lengths) - lengths / 2
-        columns["progress"].append(midpoints / planned if planned else midpoints)
-        columns["source"].append(np.full(len(rows), i, dtype=np.uint8))
-        columns["file"].append(sources[s].doc_file[rows])
-        columns["document"].append(sources[s].doc_id[rows])
-        columns["tokens"].append(lengths)
-    merged = {k: np.concatenate(v) for k, v in columns.items()}
-    order = np.lexsort((merged["source"], merged["progress"]))
-    arrays = {k: merged[k][order].astype(dt) for k, dt in _INDEX_ARRAYS.items()}
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # phase.json is written last and names the index's sha256: a reader never pairs a new index
-    # with an old phase.json, and an interrupted rebuild leaves no phase.json at all.
-    (out_dir / PHASE_FILE).unlink(missing_ok=True)
-    index_path = out_dir / INDEX_FILE
-    _write_index(index_path, arrays)
+    plans = [_plan_source(s, spec.seed, targets[s.name], work) for s in sources]
+    wide = any(s.documents >= _UINT32_LIMIT for s in sources)
+    merged = _merge(sources, plans, out_dir, _DOCUMENT_DTYPES[wide])
+    with (out_dir / f"{BLOCKS_FILE}.tmp").open("wb") as f:
+        np.save(f, merged["blocks"])
+    index_files = {}
+    for name in INDEX_FILES:
+        final = out_dir / name
+        os.replace(out_dir / f"{name}.tmp", final)
+        index_files[name] = {"sha256": sha256_file(final), "bytes": final.stat().st_size}
+    (out_dir / LEGACY_INDEX_FILE).unlink(missing_ok=True)
 
     source_records = []
-    for s in names:
-        rows, epochs = plans[s]
-        shard = sources[s]
+    for shard, plan in zip(sources, plans, strict=True):
+        languages, referenced = _planned_by_language(shard, plan)
         source_records.append(
             {
-                "name": s,
-                "dir": recorded_path(shard_dirs[s], out_dir),
-                "weight": spec.weights[s],
-                "share": float(shares[s]),
+                "name": shard.name,
+                "dir": recorded_path(shard_dirs[shard.name], out_dir),
+                "weight": spec.weights[shard.name],
+                "share": float(shares[shard.name]),
                 "tokens_available": shard.tokens,
-                "documents_available": len(shard.doc_len),
+                "documents_available": shard.rows,
                 "empty_documents_skipped": shard.empty_documents,
-                "tokens_target": targets[s],
-                "tokens_planned": int(shard.doc_len[rows].sum()),
-                "documents_planned": len(rows),
-                "languages": _planned_by_language(shard, rows),
-                "epochs": epochs,
+                "tokens_target": targets[shard.name],
+                "tokens_planned": plan.tokens,
+                "documents_planned": len(plan),
+                "languages": languages,
+                "epochs": plan.epochs,
                 "files": [
                     {
                         "path": f.relpath,
                         "sha256": f.sha256,
                         "bytes": f.size,
-                        "documents": len(f.ends),
+                        "documents": f.documents,
+                        "planned": bool(referenced[i]),
                         **({"index_sha256": f.index_sha256} if f.index_sha256 else {}),
                     }
-                    for f in shard.files
+                    for i, f in enumerate(shard.files)
                 ],
             }
         )
@@ -595,34 +836,43 @@ def build_phase_index(spec: PhaseSpec, shard_dirs: Mapping[str, Path], out_dir: 
         "name": spec.name,
         "seed": spec.seed,
         "budget": spec.tokens,
-        "tokens_planned": int(arrays["tokens"].sum(dtype=np.uint64)),
-        "documents_planned": len(arrays["tokens"]),
+        "tokens_planned": int(merged["blocks"][-1]),
+        "documents_planned": int(merged["rows"]),
         "languages": {language: languages[language] for language in sorted(languages)},
         "dtype": dtype_name,
         "vocab_size": vocab_size,
         "sources": source_records,
-        "index": {
-            "path": INDEX_FILE,
-            "sha256": sha256_file(index_path),
-            "bytes": index_path.stat().st_size,
-        },
+        "index": {"block_rows": BLOCK_ROWS, "files": index_files},
     }
     _check_language_sums(record["languages"], record, where)
-    atomic_write_json(out_dir / PHASE_FILE, record)
+    if record["tokens_planned"] != sum(p.tokens for p in plans):
+        raise ApertusError(f"{where}: the merge lost tokens (a bug)")
     return record
 
 
-def _planned_by_language(shards: _SourceShards, rows: np.ndarray) -> dict[str, dict[str, int]]:
-    """Planned documents and tokens of each language a source holds (0 where none is planned);
-    a document planned in two epochs counts twice, as in the source's totals."""
-    languages = shards.doc_language[rows]
-    documents = np.bincount(languages, minlength=len(shards.languages))
+def _planned_by_language(
+    shards: _SourceShards, plan: _SourcePlan
+) -> tuple[dict[str, dict[str, int]], np.ndarray]:
+    """Planned documents and tokens of each language a source holds (0 where none is planned;
+    a document planned in two epochs counts twice, as in the source's totals), and which of its
+    files the plan reads; in chunks of the plan."""
+    documents = np.zeros(len(shards.languages), dtype=np.int64)
     tokens = np.zeros(len(shards.languages), dtype=np.int64)
-    np.add.at(tokens, languages, shards.doc_len[rows])
-    return {
-        language: {"documents_planned": int(documents[i]), "tokens_planned": int(tokens[i])}
-        for i, language in enumerate(shards.languages)
-    }
+    referenced = np.zeros(len(shards.files), dtype=bool)
+    for start in range(0, len(plan), _CHUNK):
+        rows = plan.read("rows", start, start + _CHUNK)
+        languages = shards.languages_of(rows)
+        documents += np.bincount(languages, minlength=len(documents))
+        np.add.at(tokens, languages, shards.column("length", rows).astype(np.int64))
+        files = np.searchsorted(shards.file_starts, shards.column("doc", rows), side="right")
+        referenced[np.unique(files - 1)] = True
+    return (
+        {
+            language: {"documents_planned": int(documents[i]), "tokens_planned": int(tokens[i])}
+            for i, language in enumerate(shards.languages)
+        },
+        referenced,
+    )
 
 
 def _check_language_sums(languages: Mapping[str, Mapping[str, int]], totals: dict, where: str):
@@ -635,28 +885,41 @@ def _check_language_sums(languages: Mapping[str, Mapping[str, int]], totals: dic
 
 
 class PhaseDataset:
-    """The documents of a built phase, in plan order, read through memory maps of the shards.
+    """The documents of a built phase, in plan order, read through memory maps of the index and
+    the shards: opening it reads phase.json and maps files, nothing proportional to the phase.
 
-    Opening checks what is cheap: the index's sha256 against phase.json, every referenced
-    ``.ds`` / ``.ds.index`` file's size against the plan, and that every row points at an existing
-    file and document. Reading a document checks its length against the plan. Each mismatch
-    raises ApertusError naming the file. `shard_dirs` replaces the recorded directory of the
-    sources it names (shards moved since planning); other sources use phase.json's ``dir``.
+    Opening checks what is cheap: the format, every index file's and every planned ``.ds`` /
+    ``.ds.index`` file's size against phase.json. The index files' and the shards' sha256 are
+    checked by whoever reads the documents for training or evaluation, once, with
+    `checksummed_files` (apertus.train.launch before the first step, the memorization count, the
+    SFT replay). Reading a document checks that its row names a document its file holds. Each
+    mismatch raises ApertusError naming the file. `shard_dirs` replaces the recorded directory
+    of the sources it names (shards moved since planning); other sources use phase.json's
+    ``dir``.
     """
 
     def __init__(self, phase_dir: Path, shard_dirs: Mapping[str, Path] | None = None):
         self.phase_dir = Path(phase_dir)
         self.meta = read_phase_record(self.phase_dir)
+        version = self.meta.get("format_version", 1)
+        if version < PHASE_FORMAT_VERSION:
+            raise ApertusError(
+                f"{self.phase_dir / PHASE_FILE}: a phase of format {version} ({LEGACY_INDEX_FILE}, "
+                f"read whole into memory); this code reads format {PHASE_FORMAT_VERSION}: "
+                "rebuild the phase (snakemake re-runs tokenize_phase)"
+            )
         try:
             self._dtype = _TOKEN_DTYPES[self.meta["dtype"]]
-            index_path = self.phase_dir / self.meta["index"]["path"]
-            expected_sha = self.meta["index"]["sha256"]
+            index = self.meta["index"]
+            self._index_files: dict[str, dict] = dict(index["files"])
+            block_rows = int(index["block_rows"])
             sources = self.meta["sources"]
             self._files: list[list[dict]] = [src["files"] for src in sources]
-            source_dirs = [self._source_dir(src["dir"]) for src in sources]
+            source_dirs = [resolve_recorded(src["dir"], self.phase_dir) for src in sources]
             names = [src["name"] for src in sources]
             tokens_planned = int(self.meta["tokens_planned"])
-        except (KeyError, TypeError) as e:
+            documents_planned = int(self.meta["documents_planned"])
+        except (KeyError, TypeError, ValueError) as e:
             raise ApertusError(f"{self.phase_dir / PHASE_FILE}: malformed, missing {e}") from None
         if shard_dirs:
             unknown = sorted(set(shard_dirs) - set(names))
@@ -667,89 +930,106 @@ class PhaseDataset:
             ]
         self.sources: list[str] = names
         self._dirs = source_dirs
-
-        if not index_path.is_file():
-            raise ApertusError(f"{index_path}: phase index missing")
-        actual_sha = sha256_file(index_path)
-        if actual_sha != expected_sha:
+        self._block_rows = block_rows
+        arrays = {}
+        for name in INDEX_FILES:
+            path = self.phase_dir / name
+            recorded = self._index_files.get(name)
+            if recorded is None:
+                raise ApertusError(f"{self.phase_dir / PHASE_FILE}: no record of {name}")
+            if not path.is_file():
+                raise ApertusError(f"{path}: phase index file missing")
+            if path.stat().st_size != recorded["bytes"]:
+                raise ApertusError(
+                    f"{path}: {path.stat().st_size} bytes, phase.json records "
+                    f"{recorded['bytes']} (modified, or from another build)"
+                )
+            try:
+                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError) as e:
+                raise ApertusError(f"{path}: unreadable phase index file: {e}") from None
+        self._source = arrays[SOURCE_FILE]
+        self._document = arrays[DOCUMENT_FILE]
+        self._blocks = arrays[BLOCKS_FILE]
+        rows = len(self._source)
+        if (
+            self._source.dtype != _SOURCE_DTYPE
+            or self._document.dtype not in _DOCUMENT_DTYPES.values()
+            or len(self._document) != rows
+            or rows != documents_planned
+            or len(self._blocks) != -(-rows // block_rows) + 1
+            or int(self._blocks[-1]) != tokens_planned
+        ):
             raise ApertusError(
-                f"{index_path}: sha256 {actual_sha} does not match phase.json ({expected_sha}); "
-                "the index was modified or belongs to another build"
+                f"{self.phase_dir}: index files disagree with phase.json (rows, dtypes, tokens)"
             )
-        try:
-            with np.load(index_path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in _INDEX_ARRAYS}
-        except (KeyError, ValueError, OSError, zipfile.BadZipFile) as e:
-            raise ApertusError(f"{index_path}: unreadable phase index: {e}") from None
-        lengths = {len(a) for a in arrays.values()}
-        bad_dtype = [k for k, dt in _INDEX_ARRAYS.items() if arrays[k].dtype != dt]
-        if len(lengths) != 1 or bad_dtype:
-            raise ApertusError(f"{index_path}: index columns have wrong lengths or dtypes")
-        self._source = arrays["source"]
-        self._file = arrays["file"]
-        self._document = arrays["document"]
-        self._tokens = arrays["tokens"]
-        self._check_rows(index_path)
-        # Token offset where each planned document ends in the phase's stream.
-        self._stream_ends = np.cumsum(self._tokens, dtype=np.uint64)
-        if self.total_tokens != tokens_planned:
-            raise ApertusError(
-                f"{index_path}: plans {self.total_tokens} tokens, phase.json {tokens_planned}"
-            )
-        self._token_maps: dict[tuple[int, int], np.memmap] = {}
-        self._end_maps: dict[tuple[int, int], np.memmap] = {}
+        # Where each file's documents start in its source's numbering.
+        self._file_starts = [
+            np.cumsum([0] + [f["documents"] for f in files], dtype=np.int64)
+            for files in self._files
+        ]
+        for source, files in enumerate(self._files):
+            for file, record in enumerate(files):
+                if record.get("planned", True):
+                    self._check_size(source, file)
+        self._fds: dict[tuple[int, int, bool], int] = {}  # open shard files, least recent first
 
-    def _source_dir(self, recorded: str) -> Path:
-        """A source's shard directory as phase.json records it: relative to the phase folder,
-        or, in a phase.json of format 1, as the planner was given it."""
-        if self.meta.get("format_version", 1) < 2:
-            return Path(recorded)
-        return resolve_recorded(recorded, self.phase_dir)
+    @property
+    def index_sha256(self) -> str:
+        """One digest for the whole index: the sha256 of its files' names and sha256 as
+        phase.json records them (what a checkpoint's loader state names)."""
+        listing = "".join(f"{n} {r['sha256']}\n" for n, r in sorted(self._index_files.items()))
+        return hashlib.sha256(listing.encode()).hexdigest()
 
-    def _check_rows(self, index_path: Path) -> None:
-        """Rows name listed files and documents they hold; referenced files have their sizes."""
-        n_files = np.array([len(files) for files in self._files], dtype=np.int64)
-        if len(self._source) and int(self._source.max()) >= len(n_files):
-            raise ApertusError(f"{index_path}: a row names a source the phase does not list")
-        if len(self._source) and np.any(self._file >= n_files[self._source]):
-            raise ApertusError(f"{index_path}: a row names a file its source does not list")
-        first_file = np.concatenate([[0], np.cumsum(n_files)[:-1]]).astype(np.int64)
-        documents = np.array(
-            [f["documents"] for files in self._files for f in files], dtype=np.int64
-        )
-        flat_file = first_file[self._source] + self._file
-        if len(flat_file) and np.any(self._document >= documents[flat_file]):
-            raise ApertusError(f"{index_path}: a row names a document past its file's end")
-        for source, file in self._referenced_files():
-            record = self._files[source][file]
-            path = self._path(source, file)
-            index = path.with_name(path.name + ".index")
-            for p, size in ((path, record["bytes"]), (index, record["documents"] * 8)):
-                if not p.is_file():
-                    raise ApertusError(
-                        f"{p}: shard file of source {self.sources[source]!r} missing"
-                    )
-                if p.stat().st_size != size:
-                    raise ApertusError(
-                        f"{p}: {p.stat().st_size} bytes, the phase was planned with {size} "
-                        "(truncated or rewritten since planning)"
-                    )
+    def _check_size(self, source: int, file: int) -> None:
+        record = self._files[source][file]
+        path = self._path(source, file)
+        index = path.with_name(path.name + ".index")
+        for p, size in ((path, record["bytes"]), (index, record["documents"] * 8)):
+            if not p.is_file():
+                raise ApertusError(f"{p}: shard file of source {self.sources[source]!r} missing")
+            if p.stat().st_size != size:
+                raise ApertusError(
+                    f"{p}: {p.stat().st_size} bytes, the phase was planned with {size} "
+                    "(truncated or rewritten since planning)"
+                )
+
+    def _locate(self, sources: np.ndarray, documents: np.ndarray) -> np.ndarray:
+        """The file of each (source, document number in the source)."""
+        files = np.empty(len(sources), dtype=np.int64)
+        for source in np.unique(sources):
+            mine = sources == source
+            starts = self._file_starts[int(source)]
+            files[mine] = np.searchsorted(starts, documents[mine], side="right") - 1
+        return files
 
     def _referenced_files(self, documents: int | None = None) -> list[tuple[int, int]]:
-        """(source, file) of every shard file the plan's rows (its first `documents`) read."""
-        rows = slice(None) if documents is None else slice(0, documents)
-        pairs = np.unique(
-            self._source[rows].astype(np.uint64) << np.uint64(32)
-            | self._file[rows].astype(np.uint64)
-        )
-        return [(pair >> 32, pair & 0xFFFFFFFF) for pair in pairs.tolist()]
+        """(source, file) of every shard file the plan's rows (its first `documents`) read:
+        from phase.json for the whole plan, else from the rows, in chunks."""
+        if documents is None:
+            return [
+                (source, file)
+                for source, files in enumerate(self._files)
+                for file, record in enumerate(files)
+                if record.get("planned", True)
+            ]
+        pairs: set[tuple[int, int]] = set()
+        for start in range(0, min(documents, len(self)), _CHUNK):
+            stop = min(start + _CHUNK, documents, len(self))
+            sources = np.asarray(self._source[start:stop], dtype=np.int64)
+            files = self._locate(sources, np.asarray(self._document[start:stop], np.int64))
+            pairs.update(zip(*np.unique(np.stack([sources, files]), axis=1).tolist(), strict=True))
+        return sorted(pairs)
 
     def checksummed_files(self, documents: int | None = None) -> list[Checksummed]:
-        """The shard files (``.ds`` and their ``.ds.index``) the plan reads (its first
-        `documents` only, when given), with the sha256 and size phase.json records, for
-        `apertus.core.files.verify_checksums`: training checks them before its first step
+        """The index files and the shard files (``.ds`` and their ``.ds.index``) the plan reads
+        (its first `documents` only, when given), with the sha256 and size phase.json records,
+        for `apertus.core.files.verify_checksums`: training checks them before its first step
         (apertus.train.launch), as does every other reader of a phase's documents."""
-        files = []
+        files = [
+            Checksummed(self.phase_dir / name, record["sha256"], record["bytes"])
+            for name, record in sorted(self._index_files.items())
+        ]
         for source, file in self._referenced_files(documents):
             record = self._files[source][file]
             path = self._path(source, file)
@@ -760,39 +1040,87 @@ class PhaseDataset:
         return files
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        return len(self._source)
 
     @property
     def total_tokens(self) -> int:
-        return int(self._stream_ends[-1]) if len(self._stream_ends) else 0
+        return int(self._blocks[-1])
 
     def _path(self, source: int, file: int) -> Path:
         return self._dirs[source] / self._files[source][file]["path"]
 
-    def _maps(self, source: int, file: int) -> tuple[np.memmap, np.memmap]:
-        key = (source, file)
-        if key not in self._token_maps:
+    def _read(self, source: int, file: int, index: bool, first: int, count: int) -> np.ndarray:
+        """`count` items from item `first` of a shard's token file (or, `index`, its .ds.index),
+        read with pread: nothing of the shard stays mapped in the process."""
+        key = (source, file, index)
+        fd = self._fds.pop(key, None)  # re-inserted last: the dict is in least-recent order
+        if fd is None:
             path = self._path(source, file)
-            self._token_maps[key] = np.memmap(path, dtype=self._dtype, mode="r")
-            index = path.with_name(path.name + ".index")
-            self._end_maps[key] = np.memmap(index, dtype=_INDEX_DTYPE, mode="r")
-        return self._token_maps[key], self._end_maps[key]
+            fd = os.open(path.with_name(path.name + ".index") if index else path, os.O_RDONLY)
+            if len(self._fds) >= _OPEN_FILES:
+                os.close(self._fds.pop(next(iter(self._fds))))
+        self._fds[key] = fd
+        dtype = _INDEX_DTYPE if index else self._dtype
+        data = os.pread(fd, count * dtype.itemsize, first * dtype.itemsize)
+        if len(data) != count * dtype.itemsize:
+            raise ApertusError(
+                f"{self._path(source, file)}: shorter than the phase planned "
+                "(truncated since planning)"
+            )
+        return np.frombuffer(data, dtype=dtype)
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", {}).values():
+            os.close(fd)
+
+    def _span(self, i: int) -> tuple[int, int, int, int]:
+        """(source, file, first token, end token) of the i-th planned document in its file."""
+        source, number = int(self._source[i]), int(self._document[i])
+        files = self._files[source] if source < len(self._files) else None
+        starts = self._file_starts[source] if files is not None else None
+        if files is None or not 0 <= number < int(starts[-1]):
+            raise ApertusError(
+                f"{self.phase_dir}: row {i} names document {number} of source {source}, "
+                "which the phase's sources do not hold (a corrupted index)"
+            )
+        file = int(np.searchsorted(starts, number, side="right")) - 1
+        doc = number - int(starts[file])
+        ends = self._read(source, file, True, max(doc - 1, 0), 2 if doc else 1)
+        start, end = (int(ends[0]), int(ends[1])) if doc else (0, int(ends[0]))
+        if end <= start:
+            raise ApertusError(
+                f"{self._path(source, file)}: document {doc} is empty, but the phase planned it "
+                "(the shard changed since planning)"
+            )
+        return source, file, start, end
 
     def document(self, i: int) -> np.ndarray:
-        """Tokens of the i-th planned document: a read-only memmap slice of its shard."""
+        """Tokens of the i-th planned document, read from its shard (read-only array)."""
         i = operator.index(i)
         if not 0 <= i < len(self):
             raise IndexError(f"document {i} out of range for a phase of {len(self)} documents")
-        source, file, doc = int(self._source[i]), int(self._file[i]), int(self._document[i])
-        tokens, ends = self._maps(source, file)
-        start = int(ends[doc - 1]) if doc else 0
-        end = int(ends[doc])
-        if end - start != int(self._tokens[i]):
-            raise ApertusError(
-                f"{self._path(source, file)}: document {doc} has {end - start} tokens, the phase "
-                f"planned {int(self._tokens[i])} (the shard changed since planning)"
-            )
-        return tokens[start:end]
+        source, file, start, end = self._span(i)
+        return self._read(source, file, False, start, end - start)
+
+    def rows(self, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
+        """The plan's rows `start` to `stop` (a slice; bound it, the plan can be billions of rows)
+        as arrays: ``source`` (position in `sources`), ``file`` (position in the source's
+        files), ``document`` (in the file) and ``tokens`` (its length, from the shard's index)."""
+        sources = np.asarray(self._source[start:stop], dtype=np.int64)
+        numbers = np.asarray(self._document[start:stop], dtype=np.int64)
+        files = self._locate(sources, numbers)
+        documents = np.empty(len(sources), dtype=np.int64)
+        tokens = np.empty(len(sources), dtype=np.int64)
+        for source, file in set(zip(sources.tolist(), files.tolist(), strict=True)):
+            mine = (sources == source) & (files == file)
+            doc = numbers[mine] - int(self._file_starts[source][file])
+            path = self._path(source, file)
+            index = path.with_name(path.name + ".index")
+            count = self._files[source][file]["documents"]
+            ends = _gather(index, "<u8", count, np.stack([np.maximum(doc - 1, 0), doc]))
+            documents[mine] = doc
+            tokens[mine] = ends[1].astype(np.int64) - np.where(doc > 0, ends[0], 0).astype(np.int64)
+        return {"source": sources, "file": files, "document": documents, "tokens": tokens}
 
     def iter_documents(self, start: int = 0) -> Iterator[np.ndarray]:
         """Planned documents from position `start` on; the caller checkpoints the position."""
@@ -801,6 +1129,17 @@ class PhaseDataset:
             raise ApertusError(f"start {start} out of range for a phase of {len(self)} documents")
         for i in range(start, len(self)):
             yield self.document(i)
+
+    def _seek(self, position: int) -> tuple[int, int]:
+        """(document, offset in it) of token `position` of the stream: from the block table
+        to the block, then through the block's document lengths."""
+        block = int(np.searchsorted(self._blocks[:-1], position, side="right")) - 1
+        row = block * self._block_rows
+        before = int(self._blocks[block])
+        lengths = self.rows(row, min(row + self._block_rows, len(self)))["tokens"]
+        ends = np.cumsum(lengths) + before
+        inside = int(np.searchsorted(ends, position, side="right"))
+        return row + inside, position - (int(ends[inside - 1]) if inside else before)
 
     def packed_sequences(
         self, seq_len: int, start: int = 0
@@ -821,18 +1160,22 @@ class PhaseDataset:
             )
         window = int(seq_len) + 1
         position = int(start)
+        if position + window > self.total_tokens:
+            return
+        doc, offset = self._seek(position)
+        current = self.document(doc)
         while position + window <= self.total_tokens:
             tokens = np.empty(window, dtype=self._dtype)
             positions = np.empty(window, dtype=np.int64)
-            doc = int(np.searchsorted(self._stream_ends, position, side="right"))
-            offset = position - (int(self._stream_ends[doc - 1]) if doc else 0)
             filled = 0
             while filled < window:
-                piece = self.document(doc)[offset : offset + window - filled]
+                if offset == len(current):
+                    doc, offset = doc + 1, 0
+                    current = self.document(doc)
+                piece = current[offset : offset + window - filled]
                 tokens[filled : filled + len(piece)] = piece
                 positions[filled : filled + len(piece)] = np.arange(len(piece))
                 filled += len(piece)
-                doc += 1
-                offset = 0
+                offset += len(piece)
             position += window
             yield tokens, positions, position

@@ -63,7 +63,7 @@ class PhaseDataLoader(BaseDataLoader):
     @dataclass(kw_only=True, slots=True)
     class Config(BaseDataLoader.Config):
         phase_dir: str = ""
-        """Directory of a built data phase (phase.json + index.npz)."""
+        """Directory of a built data phase (phase.json and its index files)."""
 
         eod_id: int = EOD_ID
         """Token id ending each document; the label after it is masked (RECIPE.md §1)."""
@@ -116,7 +116,7 @@ class PhaseDataLoader(BaseDataLoader):
         if eos_id is not None and eos_id != config.eod_id:
             raise ApertusError(f"eod_id {config.eod_id} is not the tokenizer's EOS id {eos_id}")
         self.vocab_size = vocab_size
-        self.index_sha256 = str(record["index"]["sha256"])
+        self.index_sha256 = self.dataset.index_sha256
         self.dp_world_size = dp_world_size
         self.dp_rank = dp_rank
         self.seq_len = seq_len

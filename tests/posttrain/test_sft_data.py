@@ -299,7 +299,7 @@ def test_replayed_documents_are_rows_of_their_own_with_every_label(
     assert record["completion_tokens"] == alone["completion_tokens"]
     assert record["replay"] == {
         "phase": "warm",
-        "index_sha256": phase.meta["index"]["sha256"],
+        "index_sha256": phase.index_sha256,
         "documents": 7,
         "tokens": sum(len(data.row(n + k)[0]) - 1 for k in range(7)),
     }

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from apertus.core import ApertusError
-from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
+from apertus.core.files import verify_checksums
+from apertus.tokenize.phases import INDEX_FILES, PhaseDataset, PhaseSpec, build_phase_index
 
 BOS, EOS = 1, 2
 # name -> (source id, documents per file, shortest and longest document)
@@ -115,8 +116,7 @@ def longest(originals, name):
 
 
 def index_arrays(out_dir):
-    with np.load(out_dir / "index.npz") as z:
-        return {k: z[k] for k in z.files}
+    return PhaseDataset(out_dir).rows()
 
 
 def rows_of(arrays, source_index):
@@ -139,7 +139,9 @@ def test_same_spec_and_shards_give_byte_identical_files(shards, tmp_path, monkey
     later = time.time() + 3 * 86400
     monkeypatch.setattr(time, "time", lambda: later)
     build_phase_index(spec, dirs, tmp_path / "b")
-    for name in ("index.npz", "phase.json"):
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(["phase.json", *INDEX_FILES])  # the work folder is gone
+    for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
@@ -334,15 +336,15 @@ def test_index_is_small_and_documents_are_memory_maps_of_the_shards(tmp_path):
     phase = build_phase_index(
         PhaseSpec("p", 15_000, 0, {"long": 1}), {"long": tmp_path / "long"}, tmp_path / "p"
     )
-    index_bytes = (tmp_path / "p" / "index.npz").stat().st_size
+    index_bytes = sum((tmp_path / "p" / name).stat().st_size for name in INDEX_FILES)
     token_bytes = phase["tokens_planned"] * 2
     assert index_bytes < token_bytes / 10
-    assert index_bytes <= 11 * phase["documents_planned"] + 1500  # fixed rows, npz headers
+    # 5 bytes a row (uint8 source, uint32 document), the block table, three .npy headers.
+    assert index_bytes <= 5 * phase["documents_planned"] + 3 * 128 + 16
 
     ds = PhaseDataset(tmp_path / "p")
     doc = ds.document(0)
-    assert isinstance(doc, np.memmap)
-    assert Path(doc.filename) == (tmp_path / "long" / "00000_shard.ds").resolve()
+    assert not doc.flags.writeable and not isinstance(doc, np.memmap)  # read, not mapped
     # Changing a token in place (same size) shows through: nothing was copied at planning time.
     file, number = (
         index_arrays(tmp_path / "p")["file"][0],
@@ -455,7 +457,7 @@ def test_shard_dirs_override_the_recorded_location(phase, tmp_path):
     with pytest.raises(ApertusError, match="missing"):
         PhaseDataset(phase_dir)
     ds = PhaseDataset(phase_dir, {n: moved / n for n in SOURCES})
-    assert len(ds.document(0)) == ds._tokens[0]
+    assert len(ds.document(0)) == ds.rows(0, 1)["tokens"][0]
 
 
 def test_a_results_folder_moved_whole_reads_the_same_tokens(tmp_path, monkeypatch):
@@ -483,20 +485,12 @@ def test_a_results_folder_moved_whole_reads_the_same_tokens(tmp_path, monkeypatc
     assert all(f.path.is_file() for f in moved.checksummed_files())
 
 
-def test_a_phase_of_format_1_reads_its_dirs_as_recorded(phase, tmp_path, monkeypatch):
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_phase_of_an_older_format_is_refused_with_the_advice_to_rebuild(phase, version):
     phase_dir, record, _ = phase
-    before = [d.tolist() for d in PhaseDataset(phase_dir).iter_documents()]
-    old = {
-        **record,
-        "format_version": 1,
-        "sources": [{**s, "dir": str(tmp_path / "shards" / s["name"])} for s in record["sources"]],
-    }
-    (phase_dir / "phase.json").write_text(json.dumps(old))
-    monkeypatch.chdir(tmp_path / "shards")  # an absolute dir does not depend on it
-    assert [d.tolist() for d in PhaseDataset(phase_dir).iter_documents()] == before
-    relative = {**old, "sources": [{**s, "dir": s["name"]} for s in old["sources"]]}
-    (phase_dir / "phase.json").write_text(json.dumps(relative))  # from the working directory
-    assert [d.tolist() for d in PhaseDataset(phase_dir).iter_documents()] == before
+    (phase_dir / "phase.json").write_text(json.dumps({**record, "format_version": version}))
+    with pytest.raises(ApertusError, match=f"format {version} .*rebuild the phase"):
+        PhaseDataset(phase_dir)
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -608,36 +602,32 @@ def test_shard_truncated_after_planning_is_named(phase):
         PhaseDataset(phase_dir)
 
 
-def test_shard_rewritten_with_other_boundaries_is_caught_on_read(phase):
+def test_shard_rewritten_with_other_boundaries_is_caught_before_reading(phase):
     phase_dir, record, _ = phase
     index = phase_dir / per_source(record)["web"]["dir"] / "00000_shard.ds.index"
     ends = np.fromfile(index, dtype="<u8")
     ends[:-1] = np.arange(1, len(ends), dtype="<u8")  # same size, other document lengths
     ends.tofile(index)
-    ds = PhaseDataset(phase_dir)
-    arrays = index_arrays(phase_dir)
-    web = [s["name"] for s in record["sources"]].index("web")
-    first = int(np.flatnonzero((arrays["source"] == web) & (arrays["file"] == 0))[0])
-    with pytest.raises(
-        ApertusError, match=r"00000_shard\.ds: document \d+ has \d+ tokens, .*the shard changed"
-    ):
-        ds.document(first)
+    ds = PhaseDataset(phase_dir)  # sizes agree: opening is cheap and does not read it
+    with pytest.raises(ApertusError, match=r"00000_shard\.ds\.index"):
+        verify_checksums(ds.checksummed_files(), "phase")
 
 
-def test_tampered_index_is_refused(phase, tmp_path, shards):
+@pytest.mark.parametrize("name", INDEX_FILES)
+def test_tampered_index_is_refused(phase, tmp_path, shards, name):
     phase_dir, _, _ = phase
-    index = phase_dir / "index.npz"
+    index = phase_dir / name
     data = bytearray(index.read_bytes())
-    data[-200] ^= 0xFF
+    data[-3] ^= 0xFF
     index.write_bytes(bytes(data))
-    with pytest.raises(ApertusError, match=r"index\.npz: sha256 .* does not match phase\.json"):
-        PhaseDataset(phase_dir)
+    with pytest.raises(ApertusError, match=rf"{name}: sha256 |disagree"):
+        verify_checksums(PhaseDataset(phase_dir).checksummed_files(), "phase")
     # A valid index from another build is refused too.
     dirs, _ = shards
     build_phase_index(PhaseSpec("p", 9_000, 22, {"web": 3, "edu": 2}), dirs, tmp_path / "other")
-    index.write_bytes((tmp_path / "other" / "index.npz").read_bytes())
-    with pytest.raises(ApertusError, match="sha256"):
-        PhaseDataset(phase_dir)
+    index.write_bytes((tmp_path / "other" / name).read_bytes())
+    with pytest.raises(ApertusError, match=f"{name}|disagree"):
+        verify_checksums(PhaseDataset(phase_dir).checksummed_files(), "phase")
 
 
 # -- the "all" weight: every document of a source exactly once -----------------------------------
@@ -727,7 +717,9 @@ def test_all_weight_is_deterministic_and_independent_of_the_others(planted, tmp_
     spec = PhaseSpec("p", 12_000, 5, {"planted": "all", "web": 1, "edu": 2})
     build_phase_index(spec, dirs, tmp_path / "a")
     build_phase_index(spec, dirs, tmp_path / "b")
-    for name in ("index.npz", "phase.json"):
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(["phase.json", *INDEX_FILES])  # the work folder is gone
+    for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     build_phase_index(
         PhaseSpec("p", 9_000, 5, {"planted": "all", "code": None}), dirs, tmp_path / "c"
@@ -878,3 +870,140 @@ def test_corrupt_or_missing_language_sidecar_is_named(shards, tmp_path, damage, 
         build_phase_index(PhaseSpec("p", 1_000, 0, {"web": 1}), dirs, tmp_path / "p")
     assert sidecar.name in str(e.value)
     assert not (tmp_path / "p" / "phase.json").exists()
+
+
+# -- out of core: the same plan as the in-memory planner of format 2 ---------------------------
+
+
+def reference_plan(spec: PhaseSpec, dirs) -> list[tuple[str, int, int]]:
+    """The in-memory planner of format 2 (index.npz), written out again without the module's
+    streaming code: every source's documents in seeded permutations until its target, merged
+    by progress. Returns (source, file, document) in training order."""
+    from apertus.tokenize import phases
+
+    names = sorted(spec.weights)
+    tables = {}
+    for name in names:
+        table = []
+        for f, index in enumerate(sorted(Path(dirs[name]).glob("*.ds.index"))):
+            lengths = np.diff(np.fromfile(index, dtype="<u8"), prepend=0)
+            table += [(f, d, int(n)) for d, n in enumerate(lengths) if n > 0]
+        tables[name] = table
+    available = {n: sum(length for *_, length in tables[n]) for n in names}
+    targets, _ = phases._targets(spec, available, names)
+    merged = []
+    for i, name in enumerate(names):
+        plan, remaining, epoch = [], targets[name], 0
+        while remaining > 0:
+            seeds = np.random.SeedSequence([spec.seed, phases._name_key(name), epoch])
+            raw = np.random.PCG64(seeds).random_raw(len(tables[name]))
+            epoch += 1
+            for row in np.argsort(raw, kind="stable"):
+                plan.append(int(row))
+                remaining -= tables[name][row][2]
+                if remaining <= 0:
+                    break
+        lengths = np.array([tables[name][r][2] for r in plan])
+        progress = (np.cumsum(lengths) - lengths / 2) / lengths.sum() if plan else []
+        merged += [(p, i, *tables[name][r][:2]) for p, r in zip(progress, plan, strict=True)]
+    merged.sort(key=lambda row: (row[0], row[1]))
+    return [(names[i], f, d) for _, i, f, d in merged]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "weights"),
+    [
+        (12_000, {"web": 0.5, "edu": 0.2, "code": None}),
+        (60_000, {"web": 3, "edu": 1, "code": 1}),  # several epochs of every source
+        (5_000, {"web": None, "edu": 0, "code": None}),
+    ],
+)
+def test_out_of_core_build_plans_exactly_what_the_in_memory_planner_did(
+    tmp_path, monkeypatch, tokens, weights
+):
+    """Chunks of 37 rows: the permutations are sorted in buckets, the plans and the merge run in
+    pieces, the block table has an entry every 5 rows; the rows and the token stream are those
+    of the format-2 planner."""
+    from apertus.tokenize import phases
+
+    dirs = {}
+    for name, (sid, per_file, lengths) in SOURCES.items():
+        dirs[name] = tmp_path / "shards" / name
+        write_source(dirs[name], sid, per_file, lengths, seed=sid, empty_every=9)
+    spec = PhaseSpec("p", tokens, 11, weights)
+    monkeypatch.setattr(phases, "_CHUNK", 37)
+    monkeypatch.setattr(phases, "BLOCK_ROWS", 5)
+    build_phase_index(spec, dirs, tmp_path / "p")
+    ds = PhaseDataset(tmp_path / "p")
+    rows = ds.rows()
+    got = [
+        (ds.sources[s], f, d)
+        for s, f, d in zip(rows["source"], rows["file"], rows["document"], strict=True)
+    ]
+    assert got == reference_plan(spec, dirs)
+    stream = np.concatenate(list(ds.iter_documents()))
+    assert len(stream) == ds.total_tokens == int(rows["tokens"].sum())
+    for start in (0, 1, 17, 5 * 3, ds.total_tokens // 2 + 3):
+        window, _, after = next(ds.packed_sequences(15, start=start))
+        assert window.tolist() == stream[start : start + 16].tolist() and after == start + 16
+
+
+def test_permutation_in_buckets_is_the_stable_argsort(tmp_path, monkeypatch):
+    from apertus.tokenize import phases
+
+    monkeypatch.setattr(phases, "_CHUNK", 1000)
+    for n in (999, 1000, 1001, 10_007):
+        pieces = list(phases._permutation(n, 3, "web", 2, tmp_path / "sort"))
+        raw = np.random.PCG64(np.random.SeedSequence([3, phases._name_key("web"), 2]))
+        expected = np.argsort(raw.random_raw(n), kind="stable")
+        assert np.array_equal(np.concatenate(pieces), expected)
+        assert (n <= 1000) == (len(pieces) == 1)
+        assert not list((tmp_path / "sort").glob("*"))  # its files are removed
+
+
+def _traced_peak(fn) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_the_corpus_building_or_reading(tmp_path, monkeypatch):
+    """With chunks of 2,000 rows, building a phase over 4x the documents peaks at about the same
+    traced memory, and opening it and reading a window allocates a small fixed amount."""
+    from apertus.tokenize import phases
+
+    monkeypatch.setattr(phases, "_CHUNK", 2_000)
+    peaks, opened = {}, {}
+    for files in (1, 3, 12):  # 5,000 documents a file; the first is a warm-up (imports, caches)
+        shard_dir = tmp_path / f"s{files}" / "web"
+        write_source(shard_dir, 1, [5_000] * files, (3, 9), seed=files)
+        out = tmp_path / f"p{files}"
+        spec = PhaseSpec("p", 5_000 * files * 5, 1, {"web": None})  # about 90% of the tokens
+        peaks[files] = _traced_peak(lambda: build_phase_index(spec, {"web": shard_dir}, out))  # noqa: B023
+
+        def read(out=out):
+            ds = PhaseDataset(out)
+            next(ds.packed_sequences(31, start=ds.total_tokens // 2))
+
+        opened[files] = _traced_peak(read)
+    assert peaks[12] < 1.3 * peaks[3]
+    # Opening 45,000 more documents costs less than a byte each (phase.json lists more files).
+    assert opened[12] - opened[3] < 45_000
+
+
+def test_gather_through_small_windows_is_plain_indexing(tmp_path, monkeypatch):
+    from apertus.tokenize import phases
+
+    data = np.random.default_rng(0).integers(0, 1 << 40, 10_000).astype("<u8")
+    data.tofile(tmp_path / "column")
+    index = np.random.default_rng(1).integers(0, len(data), (2, 3_000))
+    for window in (8, 800, 1 << 20):  # 1, 100 and all items a map
+        monkeypatch.setattr(phases, "_MAP_BYTES", window)
+        got = phases._gather(tmp_path / "column", "<u8", len(data), index)
+        assert got.shape == index.shape and np.array_equal(got, data[index])
+    assert phases._gather(tmp_path / "column", "<u8", len(data), 17) == data[17]
