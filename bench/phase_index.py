@@ -298,12 +298,14 @@ def _table(results: list[dict]) -> str:
 
 
 def _fit(results: list[dict], key: str) -> float:
-    """`key` (MB) at the full corpus, from a least-squares line through the measured sizes:
-    a figure that does not grow with the corpus stays flat, one that does grows in proportion."""
+    """`key` (MB) at the full corpus, on the line through the two largest sizes (the small ones
+    still fit in one chunk or one shard file): a figure that stopped growing stays flat, one
+    that grows keeps its slope."""
     if len(results) < 2:
         return results[-1][key] / results[-1]["documents"] * FULL_CORPUS
-    slope, intercept = np.polyfit([r["documents"] for r in results], [r[key] for r in results], 1)
-    return max(slope * FULL_CORPUS + intercept, max(r[key] for r in results))
+    a, b = results[-2], results[-1]
+    slope = max((b[key] - a[key]) / (b["documents"] - a["documents"]), 0.0)
+    return b[key] + slope * (FULL_CORPUS - b["documents"])
 
 
 def _extrapolation(results: list[dict]) -> str:
@@ -311,7 +313,7 @@ def _extrapolation(results: list[dict]) -> str:
         r["open_mb"] = r["open_b_doc"] * r["documents"] / 2**20
     largest, held = results[-1], _fit(results, "open_mb")
     return (
-        f"at {FULL_CORPUS / 1e9:g}B documents (a line through the {len(results)} sizes): build "
+        f"at {FULL_CORPUS / 1e9:g}B documents (the line through the two largest sizes): build "
         f"peak {_fit(results, 'peak_mb') / 1024:,.1f} GB, held open {held / 1024:,.2f} GB "
         f"({held * 2**20 / FULL_CORPUS:.3f} B/doc), index on disk "
         f"{largest['disk_b_doc'] * FULL_CORPUS / 2**30:,.0f} GB"
