@@ -130,8 +130,18 @@ def _references(config: Mapping[str, Any]) -> list[str]:
     what_phases = "the tokenize.phases names"
     problems = []
     for i, phase in enumerate(config["tokenize"]["phases"]):
+        for alias, selection in (phase.get("select") or {}).items():
+            if alias in sources:
+                problems.append(
+                    f"key {key_path(['tokenize', 'phases', i, 'select', alias])!r}: {alias!r} is "
+                    "a data source's name; give the selection a name of its own"
+                )
+            if selection["source"] not in sources:
+                path = ["tokenize", "phases", i, "select", alias, "source"]
+                what = "the tokenized sources (data.sources names)"
+                problems.append(_unknown(path, selection["source"], sources, what, probes_note))
         for source in phase["weights"]:
-            if source not in sources:
+            if source not in sources and source not in (phase.get("select") or {}):
                 path = ["tokenize", "phases", i, "weights", source]
                 what = "the tokenized sources (data.sources names)"
                 problems.append(_unknown(path, source, sources, what, probes_note))
@@ -206,7 +216,13 @@ def _typed_sections(config: Mapping[str, Any]) -> list[str]:
     for i, phase in enumerate(config["tokenize"]["phases"]):
         where = key_path(["tokenize", "phases", i])
         problems += _attempt(
-            where, PhaseSpec, phase["name"], phase["tokens"], phase["seed"], phase["weights"]
+            where,
+            PhaseSpec,
+            phase["name"],
+            phase["tokens"],
+            phase["seed"],
+            phase["weights"],
+            phase.get("select") or {},
         )[1]
     return problems
 

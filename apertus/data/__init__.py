@@ -7,7 +7,8 @@ Document metadata shared by the blocks (set by the reader unless noted):
   source          name of the configured source
   kind            web | edu | code | math | books
   url             the document's URL, when the source has one
-  language_hint   the source's declared language, when it has one
+  language_hint   the language the source gives: its folder (`language_from_path`), the
+                  record's `language_field`, or the source's `language`
   language, language_score        set by apertus.data.language.LanguageTagger
   quality_score, toxicity_score   set by apertus.data.classifiers.ClassifierScorer
 """

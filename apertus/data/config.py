@@ -4,9 +4,11 @@ default comes from the schema (:mod:`apertus.core.typed`)."""
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from apertus.core.config import ConfigError
 from apertus.core.typed import Config
 from apertus.data.probes import ProbesConfig
 
@@ -33,12 +35,32 @@ class Source(Config, key="data.sources[]"):
     url_field: str | None
     language_field: str | None
     language: str | None
+    language_from_path: str | None
     limit: int
     shards: int
 
     @property
     def is_sample(self) -> bool:
         return self.path == "sample"
+
+    def language_from_path_problem(self) -> str | None:
+        """Why `language_from_path` cannot be used (None when it is unset or usable): it must
+        compile and have exactly one group, and the huggingface reader reads no files."""
+        pattern = self.language_from_path
+        if pattern is None:
+            return None
+        try:
+            groups = re.compile(pattern).groups
+        except re.error as e:
+            return f"not a regular expression ({e})"
+        if groups != 1:
+            return f"it has {groups} groups; it needs exactly one, the language"
+        if self.reader == "huggingface":
+            return (
+                "the huggingface reader reads no files; read the dataset's files with reader "
+                "parquet (or jsonl) and an hf://datasets/... path"
+            )
+        return None
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,16 @@ class DataConfig(Config, key="data"):
     pii: PII
     output: str
     probes: ProbesConfig
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"key 'data.sources[{i}].language_from_path' is {source.language_from_path!r}: "
+            + problem
+            for i, source in enumerate(self.sources)
+            if (problem := source.language_from_path_problem())
+        ]
+        if problems:
+            raise ConfigError("; ".join(problems))
 
     def source(self, name: str) -> Source:
         for source in self.sources:

@@ -6,6 +6,11 @@ is never dropped silently: malformed JSON lines, missing or non-text text fields
 bytes, empty files, truncated or corrupt files and compressed files whose codec is not
 installed are skipped and counted per reason in the step's stats, with the first few examples of
 each reason logged with file and line (file and row for Parquet).
+
+The language hint is, first found first, what `language_from_path` captures in the file's path
+(one source over many language folders, such as all of FineWeb-2), the record's
+`language_field`, or the source's `language`. With `language_from_path`, a file whose path
+names no language is not read, and counted (`skipped_no_language_in_path`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import gzip
 import importlib.util
 import logging
 import lzma
+import re
 import zlib
 from collections import Counter
 from pathlib import PurePosixPath
@@ -24,6 +30,7 @@ from datatrove.io import has_magic
 from datatrove.pipeline.readers import HuggingFaceDatasetReader, ParquetReader
 from datatrove.pipeline.readers.base import BaseDiskReader
 
+from apertus.core import ApertusError
 from apertus.data.config import Source
 
 log = logging.getLogger("apertus.data.readers")
@@ -66,10 +73,22 @@ class SourceMapping:
         url = data.get(source.url_field) if source.url_field else None
         if url:
             metadata["url"] = str(url)
-        hint = data.get(source.language_field) if source.language_field else None
+        # The hint, first found first: the file's path, the record's field, the whole source.
+        hint = self.path_language(path)
+        if not hint and source.language_field:
+            hint = data.get(source.language_field)
         if hint or source.language:
             metadata["language_hint"] = str(hint or source.language)
         return {"text": text, "id": str(doc_id), "metadata": metadata}
+
+    def path_language(self, path: str) -> str | None:
+        """The language `source.language_from_path` captures in a file's path (relative to the
+        folder read, as datatrove names it: `deu_Latn/train/000_00000.parquet`), or None."""
+        pattern = self.source.language_from_path
+        if pattern is None:
+            return None
+        match = re.search(pattern, str(path))
+        return (match.group(1) or None) if match else None
 
 
 class DiskSource(SourceMapping):
@@ -91,6 +110,31 @@ class DiskSource(SourceMapping):
             **self._base_options,
         )
         self.source = source
+        problem = source.language_from_path_problem()
+        if problem:
+            raise ApertusError(
+                f"data source {source.name!r}: language_from_path "
+                f"{source.language_from_path!r}: {problem}"
+            )
+
+    def read_files_shard(self, shard: list[str]):
+        # With `language_from_path`, a file whose path names no language is refused whole (its
+        # documents would be read with no hint, or another source's), logged every time.
+        if self.source.language_from_path is not None:
+            shard = [filepath for filepath in shard if self._names_language(filepath)]
+        yield from super().read_files_shard(shard)
+
+    def _names_language(self, filepath: str) -> bool:
+        if self.path_language(filepath):
+            return True
+        self.stat_update("skipped_no_language_in_path")
+        log.error(
+            "error: source %s: %s not read: its path does not match language_from_path %r",
+            self.source.name,
+            filepath,
+            self.source.language_from_path,
+        )
+        return False
 
 
 class _Skips:

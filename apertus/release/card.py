@@ -279,8 +279,14 @@ def _recipe(facts: CardFacts) -> str:
         f"{ad['t_alpha']}/{ad['t_beta3']} steps, weight decay {ad['weight_decay']}), gradient "
         f"clipping {p['grad_clip']}.",
         f"- Schedule: Warmup-Stable-Decay, peak LR {lr['peak']}, {lr['warmup_steps']} warmup "
-        f"steps, 1-sqrt cooldown over the last {lr['decay_fraction']} of the steps to "
-        f"{lr['min_lr_ratio']} x peak.",
+        f"steps, 1-sqrt cooldown over the last {lr['decay_fraction']} of the training tokens "
+        f"to {lr['min_lr_ratio']} x peak (the last steps that together train on at most that "
+        "share of the sequences"
+        + (
+            "; fewer steps than that share of the steps once the batch has doubled)."
+            if ramp
+            else ")."
+        ),
         f"- Batch: {p['global_batch']} sequences of {p['seq_len']} tokens"
         + (f", ramped to {ramp['global_batch']} at {ramp['at_tokens']:,} tokens." if ramp else "."),
         "- Goldfish loss: " + (f"k = {gf['k']}, h = {gf['h']}." if gf["enabled"] else "off."),

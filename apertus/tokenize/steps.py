@@ -154,7 +154,13 @@ def phase(args) -> None:
             verify_shards(Path(directory))  # a corrupt shard fails here, naming the file
         step.summary.update(
             build_phase_index(
-                PhaseSpec(spec["name"], spec["tokens"], spec["seed"], spec["weights"]),
+                PhaseSpec(
+                    spec["name"],
+                    spec["tokens"],
+                    spec["seed"],
+                    spec["weights"],
+                    spec.get("select") or {},
+                ),
                 {name: Path(d) for name, d in shard_dirs.items()},
                 args.output,
             )

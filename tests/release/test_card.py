@@ -74,6 +74,7 @@ def test_card_body_reports_the_numbers_of_the_files(card_path):
         "| greedy | qrpo | 0.2468 | 0.0476 | 0.625 |",  # reward before/after
         "k = 13, h = 29",  # Goldfish, from the config
         "peak LR 0.0042",
+        "cooldown over the last 0.25 of the training tokens",  # a share of tokens, not of steps
         'repo = "aligned"',  # the release folder's own copy ...
         "`someone/apertus-fixture-aligned`",  # ... and its Hub repository
         "generated sample corpus (sources `web`)",

@@ -1007,3 +1007,47 @@ def test_gather_through_small_windows_is_plain_indexing(tmp_path, monkeypatch):
         got = phases._gather(tmp_path / "column", "<u8", len(data), index)
         assert got.shape == index.shape and np.array_equal(got, data[index])
     assert phases._gather(tmp_path / "column", "<u8", len(data), 17) == data[17]
+
+
+# -- selections: a source's long documents as a source of their own -----------------------------
+
+
+def test_a_selection_draws_only_long_documents_beside_the_whole_source(shards, tmp_path):
+    dirs, originals = shards
+    spec = PhaseSpec(
+        "longctx",
+        8_000,
+        5,
+        {"web": 0.7, "long": 0.2, "edu": 0.1},
+        {"long": {"source": "web", "min_tokens": 30}},
+    )
+    record = build_phase_index(spec, dirs, tmp_path / "p")
+    ds = PhaseDataset(tmp_path / "p")
+    rows = ds.rows()
+    long_index = ds.sources.index("long")
+    long_lengths = rows["tokens"][rows["source"] == long_index]
+    assert len(long_lengths) and long_lengths.min() >= 30
+    long_record = per_source(record)["long"]
+    assert long_record["select"] == {"source": "web", "min_tokens": 30}
+    assert long_record["dir"] == per_source(record)["web"]["dir"]
+    web_docs = [d for d in originals["web"].values() if len(d)]
+    assert long_record["tokens_available"] == sum(len(d) for d in web_docs if len(d) >= 30)
+    assert long_record["short_documents_skipped"] == sum(1 for d in web_docs if len(d) < 30)
+    # Its documents are web's own, read from web's shards.
+    for i in np.flatnonzero(rows["source"] == long_index)[:20]:
+        assert int(ds.document(int(i))[1]) // 1000 == SOURCES["web"][0]
+    # Shares of the budget as weighted, within a document each.
+    planned = {s["name"]: s["tokens_planned"] for s in record["sources"]}
+    assert abs(planned["long"] - 1_600) < 40 and abs(planned["web"] - 5_600) < 40
+
+
+def test_bad_selections_are_refused(shards, tmp_path):
+    dirs, _ = shards
+    with pytest.raises(ApertusError, match=r"select\.long must be"):
+        PhaseSpec("p", 100, 1, {"long": None}, {"long": {"source": "web", "min_tokens": 0}})
+    with pytest.raises(ApertusError, match="another selection"):
+        PhaseSpec("p", 100, 1, {"b": None}, {"a": {"source": "web", "min_tokens": 2},
+                                              "b": {"source": "a", "min_tokens": 3}})  # fmt: skip
+    spec = PhaseSpec("p", 100, 1, {"long": None}, {"long": {"source": "books", "min_tokens": 9}})
+    with pytest.raises(ApertusError, match="'books' has no shard directory"):
+        build_phase_index(spec, dirs, tmp_path / "p")

@@ -24,6 +24,7 @@ PEAK_LR = {"8b": 1.1e-4, "70b": 1.0e-5}
 BATCH = {"8b": 1024, "70b": 2048}
 THETAS = {"8b": [1e6, 2e6, 4e6, 12e6], "70b": [1e6, 2e6, 4e6, 8e6]}
 LONG_LR = {"8b": (1.1e-5, 150), "70b": (1e-6, 75)}
+WARMUP_TOKENS = 16_780_000_000  # 16.78B
 
 
 def test_model_shape_is_recipe_section_1(preset):
@@ -58,8 +59,12 @@ def test_optimizer_schedule_and_goldfish_are_recipe_sections_2_to_4(preset):
         "global_batch": 2 * BATCH[size],
         "at_tokens": {"8b": 7_038_000_000_000, "70b": 4_392_000_000_000}[size],
     }
+    # RECIPE §4: 16.78B warmup tokens, rounded down to whole steps of the starting batch (the
+    # rule both presets' comments name); the steps then cover a token count that rounds to 16.78B.
     tokens_per_step = BATCH[size] * 4096
-    assert pre["lr"]["warmup_steps"] == round(16.78e9 / tokens_per_step)
+    warmup = pre["lr"]["warmup_steps"]
+    assert warmup == WARMUP_TOKENS // tokens_per_step
+    assert round(warmup * tokens_per_step / 1e9, 2) == WARMUP_TOKENS / 1e9
     assert pre["lr"]["decay_fraction"] == pytest.approx(1.65 / 15, abs=0.001)
     assert pre["dtype"] == "bfloat16"
 
@@ -77,6 +82,30 @@ def test_long_context_stages_are_recipe_section_6(preset):
         (256, 7000),
         (128, 3480),
     ]
+
+
+def test_long_context_stages_read_the_long_context_mixture(preset):
+    """RECIPE §6: the stages read a phase of their own whose long-document selections are
+    documents of more than 4k tokens, 20% of it, and whose budget covers the largest stage."""
+    _, config = preset
+    phases = {p["name"]: p for p in config["tokenize"]["phases"]}
+    stages = config["pretrain"]["long_context"]
+    assert {s["phase"] for s in stages} == {"longctx"}
+    mixture = phases["longctx"]
+    assert mixture["seed"] not in {p["seed"] for n, p in phases.items() if n != "longctx"}
+    selections = mixture["select"]
+    assert selections and {s["min_tokens"] for s in selections.values()} == {4097}
+    assert sum(mixture["weights"][name] for name in selections) == pytest.approx(0.2)
+    needed = max(s["steps"] * s["global_batch"] * (s["seq_len"] + 1) for s in stages)
+    assert needed <= mixture["tokens"] < 1.05 * needed
+
+
+def test_fineweb2_is_one_source_over_every_language_folder(preset):
+    _, config = preset
+    (fineweb2,) = [s for s in config["data"]["sources"] if s["name"] == "fineweb2"]
+    assert fineweb2["path"].endswith("HuggingFaceFW/fineweb-2/data")
+    assert fineweb2["language_from_path"] and "*" not in fineweb2["glob"].split("/")[0]
+    assert not [s for s in config["data"]["sources"] if s["name"].startswith("fineweb2-")]
 
 
 def test_data_filters_are_recipe_section_5(preset):

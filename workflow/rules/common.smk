@@ -147,6 +147,12 @@ def report_file(path, caption, category, **labels):
     )
 
 
+def config_text(stage, *keys):
+    """Exactly the config subtree a step depends on, as canonical JSON (`stage_config`)."""
+    section = config[stage]
+    return canonical_json({k: section[k] for k in keys} if keys else section)
+
+
 def stage_config(stage, *keys):
     """A rule's `params`: exactly the config subtree its step depends on, as canonical JSON.
 
@@ -154,10 +160,11 @@ def stage_config(stage, *keys):
     `{"dedup": ...}`, for a step that reads nothing else. Snakemake re-runs a job when its params
     change, so changing this subtree, and only this subtree, re-runs the step and everything
     downstream. The step receives the same text with `--config {params.config:q}` and records
-    it, with its hash, in its manifest.
+    it, with its hash, in its manifest. Given as a function, so Snakemake never reads a `{3}`
+    in a value (a regular expression, a template) as a wildcard.
     """
-    section = config[stage]
-    return canonical_json({k: section[k] for k in keys} if keys else section)
+    text = config_text(stage, *keys)
+    return lambda wildcards: text
 
 
 def evaluate_run_dir(stage):
@@ -170,7 +177,8 @@ def stage_subconfig(stage, key):
     """A rule's `params` for a step that reads one subtree of its stage's section: that subtree
     itself (not wrapped in its key), as canonical JSON; same re-run rule as `stage_config`.
     """
-    return canonical_json(config[stage][key])
+    text = canonical_json(config[stage][key])
+    return lambda wildcards: text
 
 
 def stage_resources(stage):
@@ -250,10 +258,10 @@ def pretrain_config(stage):
     """The `pretrain:` keys a stage's job depends on (its params)."""
     kind = PRETRAIN_PLAN[stage].kind
     if kind == "phase":
-        return stage_config("pretrain", *PRETRAIN_PHASE_KEYS)
+        return config_text("pretrain", *PRETRAIN_PHASE_KEYS)
     if kind == "control":
-        return stage_config("pretrain", *PRETRAIN_PHASE_KEYS, "goldfish_control")
-    return stage_config("pretrain")
+        return config_text("pretrain", *PRETRAIN_PHASE_KEYS, "goldfish_control")
+    return config_text("pretrain")
 
 
 def pretrain_threads(wildcards):

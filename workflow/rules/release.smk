@@ -59,7 +59,7 @@ rule release:
         code=step_code("apertus.release.stage"),
         config=stage_config("release"),
         # The whole resolved config, recorded in RELEASE-MANIFEST.json.
-        run_config=canonical_json(config),
+        run_config=lambda wildcards: canonical_json(config),
         # The run's step manifests are collected into RELEASE-MANIFEST.json.
         run_dir=lambda wildcards, output: os.path.dirname(output.out),
         base=lambda wildcards, input: f"--base {input.base}={RELEASE_BASE}",

@@ -12,8 +12,14 @@ if config["data"]["probes"]["enabled"]:
 # a phase's index is rebuilt when these shards change, not when another phase's do. Names are
 # unique and weights name tokenized sources (apertus.plan_check, called by common.smk).
 TOKENIZE_PHASES = {phase["name"]: phase for phase in TOKENIZE["phases"]}
+# The shards a phase reads: the sources its weights name, directly or through a selection.
 TOKENIZE_PHASE_SOURCES = {
-    name: [source for source in TOKENIZE_SOURCES if source in phase["weights"]]
+    name: [
+        source
+        for source in TOKENIZE_SOURCES
+        if source in phase["weights"]
+        or source in [s["source"] for s in (phase.get("select") or {}).values()]
+    ]
     for name, phase in TOKENIZE_PHASES.items()
 }
 TOKENIZE_HELDOUT_IDS = stage_path("tokenize", "split", "heldout_ids.json")
