@@ -18,7 +18,7 @@ threshold per language in between.
 Two backends score a document:
 
 ``xlmr``  the recipe's model (:class:`XLMRClassifier`): a Hugging Face encoder plus safetensors
-          heads.
+          heads, given or trained in the pipeline on labelled data by :func:`train_xlmr_heads`.
 ``ngram`` the offline default (:class:`NgramClassifier`): logistic regression on hashed character
           and word n-grams, trained in the pipeline on labelled sample data by
           :func:`train_ngram_classifier` (CPU, seconds, no download). It follows the recipe's chunk
@@ -231,6 +231,21 @@ def _accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return float(((logits > 0).float() == labels).float().mean())
 
 
+def _check_examples(texts: Sequence[str], labels: Sequence[int], val_fraction: float) -> None:
+    if len(texts) == 0:
+        raise ApertusError("cannot train a classifier on no examples")
+    if len(texts) != len(labels):
+        raise ApertusError(f"{len(texts)} texts but {len(labels)} labels")
+    bad = [label for label in labels if label not in (0, 1) or isinstance(label, bool)]
+    if bad:
+        raise ApertusError(f"labels must be 0 or 1, got {bad[0]!r}")
+    classes = set(labels)
+    if len(classes) < 2:
+        raise ApertusError(f"need examples of both classes 0 and 1, got only class {classes.pop()}")
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+
+
 def train_ngram_classifier(
     texts: Sequence[str],
     labels: Sequence[int],
@@ -260,18 +275,7 @@ def train_ngram_classifier(
     from safetensors.torch import save_file
 
     _check_task(task, allow_none=True)
-    if len(texts) == 0:
-        raise ApertusError("cannot train a classifier on no examples")
-    if len(texts) != len(labels):
-        raise ApertusError(f"{len(texts)} texts but {len(labels)} labels")
-    bad = [label for label in labels if label not in (0, 1) or isinstance(label, bool)]
-    if bad:
-        raise ApertusError(f"labels must be 0 or 1, got {bad[0]!r}")
-    classes = set(labels)
-    if len(classes) < 2:
-        raise ApertusError(f"need examples of both classes 0 and 1, got only class {classes.pop()}")
-    if not 0 <= val_fraction < 1:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    _check_examples(texts, labels, val_fraction)
     if epochs < 1 or batch_size < 1 or chunk_chars < 1:
         raise ValueError("epochs, batch_size and chunk_chars must be positive")
 
@@ -500,28 +504,23 @@ def mean_pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torc
     return (hidden_states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
 
-class XLMRClassifier:
-    """The recipe's classifiers: XLM-R chunk embeddings and an MLP head (RECIPE.md §5).
+class XLMREmbedder:
+    """XLM-R chunk embeddings as the recipe's classifiers see them (RECIPE.md §5).
 
     A text is tokenized into chunks of at most ``max_tokens`` tokens INCLUDING the ``<s>`` and
     ``</s>`` that the tokenizer adds to each chunk (Hugging Face ``truncation`` with
     ``return_overflowing_tokens``, stride 0; the Apertus annotator's chunking). A chunk's embedding
     is the encoder's last hidden state mean-pooled over its non-padding tokens (:func:`mean_pool`).
-
-    task "quality": first chunk only; score = sigmoid(head(embedding)), head hidden -> 256 -> 1.
-    task "toxicity": every chunk; chunk score = softmax(head(embedding))[1] ("toxic"), head
-    hidden -> hidden -> 2; document score = max over its chunks.
+    Task "quality" uses the first chunk only, "toxicity" every chunk. :class:`XLMRClassifier`
+    scores these embeddings and :func:`train_xlmr_heads` trains its heads on them.
 
     ``encoder`` is a hub id (e.g. ``FacebookAI/xlm-roberta-base``; downloads) or a local directory
-    (offline). ``head`` is one safetensors file used for every language, or a directory of
-    ``<language>.safetensors`` files (per-language heads, as for toxicity), named with the codes
-    in ``doc.metadata["language"]``. Tensor names: see ``HEAD_TENSORS``.
+    (offline).
     """
 
     def __init__(
         self,
         encoder: str,
-        head: str | Path,
         task: str,
         *,
         max_tokens: int = 512,
@@ -550,32 +549,10 @@ class XLMRClassifier:
             raise ApertusError(f"encoder {encoder!r} needs a fast tokenizer (tokenizer.json)")
         if self.tokenizer.pad_token_id is None:
             raise ApertusError(f"tokenizer of {encoder!r} has no pad token")
-        hidden_size = self.encoder.config.hidden_size
-        outputs = HEAD_OUTPUTS[task]
-        head = Path(head)
-        if head.is_dir():
-            files = sorted(head.glob("*.safetensors"))
-            if not files:
-                raise ApertusError(f"no <language>.safetensors heads in {head}")
-            self.heads: dict[str | None, MLPHead] = {
-                f.stem: MLPHead.load(f, hidden_size=hidden_size, outputs=outputs).to(device)
-                for f in files
-            }
-            self.per_language = True
-        elif head.is_file():
-            shared = MLPHead.load(head, hidden_size=hidden_size, outputs=outputs)
-            self.heads = {None: shared.to(device)}
-            self.per_language = False
-        else:
-            raise ApertusError(f"classifier head not found: {head}")
 
     @property
-    def languages(self) -> tuple[str, ...] | None:
-        """Languages with their own head, or None when one head serves every language."""
-        return tuple(k for k in self.heads if k is not None) if self.per_language else None
-
-    def supports_language(self, language: str | None) -> bool:
-        return not self.per_language or language in self.heads
+    def hidden_size(self) -> int:
+        return int(self.encoder.config.hidden_size)
 
     def _chunk_ids(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
         first_only = self.task == "quality"
@@ -618,6 +595,57 @@ class XLMRClassifier:
                 embeddings[batch] = pooled.cpu()
         return embeddings, owners
 
+
+class XLMRClassifier(XLMREmbedder):
+    """The recipe's classifiers: XLM-R chunk embeddings (:class:`XLMREmbedder`) and an MLP head.
+
+    task "quality": first chunk only; score = sigmoid(head(embedding)), head hidden -> 256 -> 1.
+    task "toxicity": every chunk; chunk score = softmax(head(embedding))[1] ("toxic"), head
+    hidden -> hidden -> 2; document score = max over its chunks.
+
+    ``head`` is one safetensors file used for every language, or a directory of
+    ``<language>.safetensors`` files (per-language heads, as for toxicity), named with the codes
+    in ``doc.metadata["language"]``. Tensor names: see ``HEAD_TENSORS``.
+    """
+
+    def __init__(
+        self,
+        encoder: str,
+        head: str | Path,
+        task: str,
+        *,
+        max_tokens: int = 512,
+        batch_size: int = 16,
+        device: str = "cpu",
+    ) -> None:
+        super().__init__(encoder, task, max_tokens=max_tokens, batch_size=batch_size, device=device)
+        hidden_size = self.hidden_size
+        outputs = HEAD_OUTPUTS[task]
+        head = Path(head)
+        if head.is_dir():
+            files = sorted(head.glob("*.safetensors"))
+            if not files:
+                raise ApertusError(f"no <language>.safetensors heads in {head}")
+            self.heads: dict[str | None, MLPHead] = {
+                f.stem: MLPHead.load(f, hidden_size=hidden_size, outputs=outputs).to(device)
+                for f in files
+            }
+            self.per_language = True
+        elif head.is_file():
+            shared = MLPHead.load(head, hidden_size=hidden_size, outputs=outputs)
+            self.heads = {None: shared.to(device)}
+            self.per_language = False
+        else:
+            raise ApertusError(f"classifier head not found: {head}")
+
+    @property
+    def languages(self) -> tuple[str, ...] | None:
+        """Languages with their own head, or None when one head serves every language."""
+        return tuple(k for k in self.heads if k is not None) if self.per_language else None
+
+    def supports_language(self, language: str | None) -> bool:
+        return not self.per_language or language in self.heads
+
     def score(self, texts: Sequence[str], languages: Sequence[str] | None = None) -> list[float]:
         """Quality: P(high quality) of the first chunk. Toxicity: max over chunks of P(toxic).
 
@@ -641,14 +669,282 @@ class XLMRClassifier:
             for key in set(chunk_heads):
                 rows = [i for i, k in enumerate(chunk_heads) if k == key]
                 logits = self.heads[key](embeddings[rows].to(self.device)).float().cpu()
-                if self.task == "quality":
-                    chunk_scores[rows] = torch.sigmoid(logits[:, 0])
-                else:
-                    chunk_scores[rows] = torch.softmax(logits, dim=-1)[:, 1]
-        scores = [-math.inf] * len(texts)
-        for owner, s in zip(owners, chunk_scores.tolist(), strict=True):
-            scores[owner] = max(scores[owner], s)
-        return scores
+                chunk_scores[rows] = head_probability(self.task, logits)
+        return document_scores(chunk_scores.tolist(), owners, len(texts))
+
+
+def head_probability(task: str, logits: torch.Tensor) -> torch.Tensor:
+    """A chunk's score from its head's logits: quality sigmoid(logit), toxicity P(class 1)."""
+    if task == "quality":
+        return torch.sigmoid(logits[:, 0])
+    return torch.softmax(logits, dim=-1)[:, 1]
+
+
+def document_scores(chunk_scores: Sequence[float], owners: Sequence[int], n: int) -> list[float]:
+    """A text's score: the max over its chunks (quality has one chunk per text)."""
+    scores = [-math.inf] * n
+    for owner, s in zip(owners, chunk_scores, strict=True):
+        scores[owner] = max(scores[owner], s)
+    return scores
+
+
+# Training the heads (RECIPE.md §5), as the Apertus data scripts define them: the encoder is frozen,
+# only Sequential(Linear(hidden, inner), ReLU(), Dropout(0.2), Linear(inner, outputs)) is trained.
+QUALITY_INNER = 256  # quality: hidden -> 256 -> 1; toxicity: hidden -> hidden -> 2
+HEAD_DROPOUT = 0.2
+QUALITY_HEAD_FILE = "head.safetensors"
+ALL_LANGUAGES = "all"  # the metrics key of a head shared by every language (quality)
+
+
+def trained_head(task: str, model_dir: str | Path) -> Path:
+    """The `head` of :class:`XLMRClassifier` that :func:`train_xlmr_heads` wrote to `model_dir`:
+    quality one file, toxicity the directory of ``<language>.safetensors``."""
+    _check_task(task)
+    model_dir = Path(model_dir)
+    return model_dir / QUALITY_HEAD_FILE if task == "quality" else model_dir
+
+
+def _head_module(task: str, hidden_size: int) -> torch.nn.Sequential:
+    inner = QUALITY_INNER if task == "quality" else hidden_size
+    return torch.nn.Sequential(
+        torch.nn.Linear(hidden_size, inner),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(HEAD_DROPOUT),
+        torch.nn.Linear(inner, HEAD_OUTPUTS[task]),
+    )
+
+
+def _document_accuracy(
+    task: str,
+    head: MLPHead,
+    embeddings: torch.Tensor,
+    owners: Sequence[int],
+    docs: torch.Tensor,
+    labels: torch.Tensor,
+) -> float | None:
+    """Accuracy of the documents `docs` scored as :class:`XLMRClassifier` scores them (max over
+    chunks of the chunk probability), a document counting as label 1 when its score is > 0.5."""
+    if len(docs) == 0:
+        return None
+    wanted = {int(d): row for row, d in enumerate(docs.tolist())}
+    rows = [i for i, o in enumerate(owners) if o in wanted]
+    with torch.no_grad():
+        probs = head_probability(task, head(embeddings[rows])).tolist()
+    scores = document_scores(probs, [wanted[owners[i]] for i in rows], len(docs))
+    predicted = torch.tensor([float(s > 0.5) for s in scores])
+    return float((predicted == labels[docs]).float().mean())
+
+
+def _train_head(
+    task: str,
+    embeddings: torch.Tensor,
+    owners: Sequence[int],
+    labels: torch.Tensor,
+    docs: torch.Tensor,
+    *,
+    seed: int,
+    epochs: int,
+    val_fraction: float,
+    lr: float,
+    batch_size: int,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """One head on the documents `docs` (indices into `labels`): a stratified `val_fraction` of
+    the documents is held out; the examples are every chunk of a label-0 training document and
+    the first chunk of a label-1 one (see :func:`train_xlmr_heads`)."""
+    torch.manual_seed(seed)  # the initial weights and the dropout masks
+    generator = torch.Generator().manual_seed(seed)
+    local_train, local_val = _stratified_split(labels[docs], val_fraction, generator)
+    train_docs, val_docs = docs[local_train], docs[local_val]
+    in_train = set(train_docs.tolist())
+    first_chunk: dict[int, int] = {}
+    for i, owner in enumerate(owners):
+        first_chunk.setdefault(owner, i)
+    rows = torch.tensor(
+        [
+            i
+            for i, o in enumerate(owners)
+            if o in in_train and (labels[o] == 0 or i == first_chunk[o])
+        ],
+        dtype=torch.long,
+    )
+    x = embeddings[rows]
+    y = labels[torch.tensor([owners[i] for i in rows.tolist()], dtype=torch.long)]
+    module = _head_module(task, embeddings.shape[1])
+    optimizer = torch.optim.Adam(module.parameters(), lr=lr)
+    loss = torch.tensor(float("nan"))
+    module.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(rows), generator=generator)
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            logits = module(x[batch])
+            if task == "quality":
+                loss = F.binary_cross_entropy_with_logits(logits[:, 0], y[batch])
+            else:
+                loss = F.cross_entropy(logits, y[batch].long())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    module.eval()
+    state = {name: t.detach().clone().contiguous() for name, t in module.state_dict().items()}
+    head = MLPHead(*(state[name] for name in HEAD_TENSORS))
+    metrics = {
+        "documents": len(docs),
+        "train_documents": len(train_docs),
+        "val_documents": len(val_docs),
+        "train_chunks": len(rows),
+        "positive_fraction": float(labels[docs].mean()),
+        "train_accuracy": _document_accuracy(task, head, embeddings, owners, train_docs, labels),
+        "val_accuracy": _document_accuracy(task, head, embeddings, owners, val_docs, labels),
+        "final_batch_loss": float(loss.detach()),
+    }
+    return state, metrics
+
+
+def train_xlmr_heads(
+    texts: Sequence[str],
+    labels: Sequence[int],
+    out_dir: Path,
+    *,
+    encoder: str,
+    task: str,
+    seed: int,
+    languages: Sequence[str | None] | None = None,
+    epochs: int = 20,
+    val_fraction: float = 0.2,
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    min_per_class: int = 10,
+    max_tokens: int = 512,
+    embed_batch_size: int = 16,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """Train the MLP head(s) of the xlmr backend on frozen :class:`XLMREmbedder` embeddings.
+
+    The texts are embedded exactly as :class:`XLMRClassifier` scores them (chunks of
+    ``max_tokens`` tokens), and chunk embeddings are the examples, labelled 0/1 as
+    ``LABEL_MEANING`` says. Quality: the first (only scored) chunk of each document. Toxicity:
+    EVERY chunk of a non-toxic document is a non-toxic example (none of it is toxic), but only the
+    FIRST chunk of a toxic document is a toxic example: its label says that some part is toxic,
+    not every chunk, and labelling its clean chunks toxic would teach the head that clean text is
+    toxic, which the max over chunks then turns into flagged clean documents (the first chunk is
+    what a training truncated to 512 tokens sees; ToxicCommons' texts are mostly one chunk).
+    The held-out accuracy scores the held-out documents as the filter does: toxicity takes the
+    max over ALL their chunks. Quality trains one head for every language
+    (hidden -> 256 -> 1, sigmoid, binary cross-entropy); toxicity one head per language of
+    `languages` (hidden -> hidden -> 2, cross-entropy), a language with fewer than
+    `min_per_class` examples of either class gets no head (listed under ``skipped``; the scorer
+    then passes its documents unscored). Both heads use ReLU and dropout 0.2.
+
+    Per head, a stratified ``val_fraction`` of the DOCUMENTS is held out (no chunk of a held-out
+    document is trained on) and the accuracies are the documents' (score > 0.5 against the label,
+    the score made as the classifier makes it). Deterministic: the split, shuffles, initial weights
+    and dropout come from ``seed`` and training runs on one thread, so the same inputs, seed and
+    torch thread count write byte-identical heads (the embedding runs on the caller's threads,
+    and the last bits of a float reduction in the encoder depend on their number).
+
+    Writes the heads with the tensor names of ``HEAD_TENSORS`` where :func:`trained_head` says
+    (``out_dir/head.safetensors``, or ``out_dir/<language>.safetensors``) and
+    ``out_dir/config.json`` (task, encoder, chunking, architecture, metrics); returns the metrics.
+    """
+    from safetensors.torch import save_file
+
+    _check_task(task)
+    _check_examples(texts, labels, val_fraction)
+    if languages is not None and len(languages) != len(texts):
+        raise ApertusError(f"{len(texts)} texts but {len(languages)} languages")
+    if task == "toxicity" and (languages is None or any(not lang for lang in languages)):
+        raise ApertusError(
+            "toxicity heads are trained per language: every example needs a `language`"
+        )
+    if epochs < 1 or batch_size < 1 or min_per_class < 1:
+        raise ValueError("epochs, batch_size and min_per_class must be positive")
+
+    embedder = XLMREmbedder(
+        encoder, task, max_tokens=max_tokens, batch_size=embed_batch_size, device=device
+    )
+    embeddings, owners = embedder.embed_chunks(texts)
+    y = torch.tensor(list(labels), dtype=torch.float32)
+    if task == "quality":
+        groups = {ALL_LANGUAGES: list(range(len(texts)))}
+    else:
+        groups = {}
+        for i, lang in enumerate(languages or ()):
+            groups.setdefault(str(lang), []).append(i)
+    heads: dict[str, dict[str, torch.Tensor]] = {}
+    head_metrics: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    with _single_thread():
+        for key in sorted(groups):
+            docs = torch.tensor(groups[key], dtype=torch.long)
+            counts = [int((y[docs] == cls).sum()) for cls in (0, 1)]
+            if min(counts) < min_per_class:
+                skipped[key] = (
+                    f"{counts[0]} examples of class 0 and {counts[1]} of class 1; "
+                    f"needs {min_per_class} of each"
+                )
+                continue
+            heads[key], head_metrics[key] = _train_head(
+                task,
+                embeddings,
+                owners,
+                y,
+                docs,
+                seed=seed,
+                epochs=epochs,
+                val_fraction=val_fraction,
+                lr=lr,
+                batch_size=batch_size,
+            )
+    if not heads:
+        raise ApertusError(f"no {task} head trained: {skipped}")
+    metrics = {
+        "examples": len(texts),
+        "chunks": len(owners),
+        "heads": head_metrics,
+        "skipped": skipped,
+        "epochs": epochs,
+        "seed": seed,
+    }
+    config = {
+        "backend": "xlmr",
+        "task": task,
+        "encoder": encoder,
+        "max_tokens": max_tokens,
+        "chunks": "first" if task == "quality" else "all",
+        "aggregate": AGGREGATE[task],
+        "label_meaning": LABEL_MEANING[task],
+        "head": {
+            "hidden": embedder.hidden_size,
+            "inner": QUALITY_INNER if task == "quality" else embedder.hidden_size,
+            "outputs": HEAD_OUTPUTS[task],
+            "activation": "relu",
+            "dropout": HEAD_DROPOUT,
+            "tensors": list(HEAD_TENSORS),
+        },
+        "training": {
+            "examples": "every chunk of a label-0 document, the first chunk of a label-1 one",
+            "optimizer": "adam",
+            "lr": lr,
+            "batch_size": batch_size,
+            "val_fraction": val_fraction,
+            "min_per_class": min_per_class,
+        },
+        "metrics": metrics,
+    }
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*.safetensors"):  # a language no longer in the labels
+        stale.unlink()
+    for key, state in heads.items():
+        path = trained_head(task, out_dir)
+        if task == "toxicity":
+            path = path / f"{key}.safetensors"
+        with atomic_path(path) as tmp:
+            # One metadata key: safetensors writes several in a random order (not reproducible).
+            save_file(state, tmp, metadata={"backend": "xlmr"})
+    atomic_write_json(out_dir / "config.json", config)
+    return metrics
 
 
 def load_classifier(backend: str, **kwargs: Any) -> Classifier:

@@ -3,8 +3,10 @@ default comes from the schema (:mod:`apertus.core.typed`)."""
 
 from __future__ import annotations
 
+import _string  # the field-name parser str.format itself uses
 import abc
 import re
+import string
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,6 +23,49 @@ class Sample(Config, key="data.sample"):
     target_bytes: int
 
 
+# A parsed `text_template`: (literal text, then the field's key path or None at the end), in order.
+TemplatePieces = tuple[tuple[str, tuple[str | int, ...] | None], ...]
+
+
+def parse_text_template(template: str) -> TemplatePieces:
+    """The pieces of a `text_template` (str.format syntax, every field naming a record field:
+    `{inputs}`, `{translation[de]}`, `{conversations[0][value]}`), or ValueError saying why not.
+
+    Positional fields (`{}`, `{0}`), attributes (`{a.b}`), conversions (`!r`) and format specs
+    (`:>10`) are refused: a template only joins record fields and literal text."""
+    pieces = []
+    try:
+        for literal, field, spec, conversion in string.Formatter().parse(template):
+            if field is None:
+                pieces.append((literal, None))
+                continue
+            first, rest = _string.formatter_field_name_split(field)
+            rest = list(rest)
+            if first == "" or isinstance(first, int):
+                raise ValueError(
+                    f"the field {{{field}}} is positional; name a record field, e.g. {{text}}"
+                )
+            if any(is_attribute for is_attribute, _ in rest):
+                raise ValueError(
+                    f"the field {{{field}}} reads an attribute; name nested keys as "
+                    "{outer[inner]}"
+                )
+            if conversion or spec:
+                raise ValueError(
+                    f"the field {{{field}}} has a conversion or format spec; a template only "
+                    "joins record fields and text"
+                )
+            pieces.append((literal, (first, *(key for _, key in rest))))
+    except ValueError as e:
+        message = str(e)
+        if message.startswith("the field"):
+            raise
+        raise ValueError(f"not a str.format template ({message})") from None
+    if not any(path is not None for _, path in pieces):
+        raise ValueError("it names no field; name the record fields, e.g. '{title}: {text}'")
+    return tuple(pieces)
+
+
 @dataclass(frozen=True)
 class Source(Config, key="data.sources[]"):
     name: str
@@ -31,6 +76,7 @@ class Source(Config, key="data.sources[]"):
     hf_config: str | None
     hf_split: str
     text_field: str
+    text_template: str | None
     id_field: str
     url_field: str | None
     language_field: str | None
@@ -60,6 +106,25 @@ class Source(Config, key="data.sources[]"):
                 "the huggingface reader reads no files; read the dataset's files with reader "
                 "parquet (or jsonl) and an hf://datasets/... path"
             )
+        return None
+
+    def text_template_problem(self) -> str | None:
+        """Why `text_template` cannot be used (None when it is unset or usable): it must parse
+        and name a field; `text_field` is then left at its default, and the warc reader (whose
+        text is each page's main text) takes none."""
+        if self.text_template is None:
+            return None
+        try:
+            parse_text_template(self.text_template)
+        except ValueError as e:
+            return str(e)
+        if self.text_field != "text":
+            return (
+                f"text_field is {self.text_field!r} too; set one of them (the template names "
+                f"the field itself: '{{{self.text_field}}}')"
+            )
+        if self.reader == "warc":
+            return "the warc reader's text is each page's main text; it takes no template"
         return None
 
 
@@ -95,6 +160,18 @@ class Heuristics(Config, key="data.heuristics"):
 
 
 @dataclass(frozen=True)
+class HubLabels(Config):
+    """How a Hub dataset named by `labels: hf://datasets/<id>` becomes labelled examples."""
+
+    split: str
+    text_field: str
+    label_field: str
+    language_field: str | None
+    positive_above: float | None
+    limit: int
+
+
+@dataclass(frozen=True)
 class ClassifierFilter(Config, abc.ABC):
     """What the quality and toxicity filters share: a classifier scoring documents per language,
     and the end of the score distribution each keeps."""
@@ -105,14 +182,28 @@ class ClassifierFilter(Config, abc.ABC):
     backend: str
     min_documents: int
     labels: str
+    hub_labels: HubLabels
     epochs: int
     encoder: str
     head: str | None
     apply_to_kinds: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        if self.labels.startswith("hf://") and not (self.backend == "xlmr" and self.head is None):
+            raise ConfigError(
+                f"key 'data.{self.task}.labels' is {self.labels!r}: Hub labels train the xlmr "
+                "backend's heads (backend xlmr, head null); the ngram backend reads a JSONL file"
+            )
+
     @property
     def score_key(self) -> str:
         return f"{self.task}_score"
+
+    @property
+    def trained(self) -> bool:
+        """Whether `data_classifiers` trains this filter's model: the ngram backend always, the
+        xlmr backend when no `head` is given."""
+        return self.enabled and (self.backend == "ngram" or self.head is None)
 
     @property
     def keep(self) -> str:
@@ -192,10 +283,13 @@ class DataConfig(Config, key="data"):
 
     def __post_init__(self) -> None:
         problems = [
-            f"key 'data.sources[{i}].language_from_path' is {source.language_from_path!r}: "
-            + problem
+            f"key 'data.sources[{i}].{key}' is {getattr(source, key)!r}: {problem}"
             for i, source in enumerate(self.sources)
-            if (problem := source.language_from_path_problem())
+            for key, problem in (
+                ("language_from_path", source.language_from_path_problem()),
+                ("text_template", source.text_template_problem()),
+            )
+            if problem
         ]
         if problems:
             raise ConfigError("; ".join(problems))

@@ -31,7 +31,9 @@ def main(argv=None):
     parser.add_argument("--source", required=True)
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--snapshot", type=Path, help="robots.txt snapshot (data_robots)")
-    parser.add_argument("--classifiers-dir", type=Path, help="trained ngram classifiers")
+    parser.add_argument(
+        "--classifiers-dir", type=Path, help="the trained classifiers (ngram models, xlmr heads)"
+    )
     parser.add_argument("--output-dir", type=Path, required=True)
     add_removed_dir(parser)
     args = parser.parse_args(argv)

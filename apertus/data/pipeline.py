@@ -215,11 +215,16 @@ def classifier_model(spec, trained_dir: Path | None) -> dict[str, Any]:
                 f"the {spec.task} ngram classifier was not trained (data_classifiers)"
             )
         return {"model_dir": str(trained_dir)}
-    if not spec.head:
+    if spec.head:
+        return {"encoder": spec.encoder, "head": spec.head}
+    if trained_dir is None:
         raise ApertusError(
-            f"data.{spec.task}.head must name the MLP head weights of the xlmr backend"
+            f"the {spec.task} xlmr heads were not trained (data_classifiers) and "
+            f"data.{spec.task}.head names none"
         )
-    return {"encoder": spec.encoder, "head": spec.head}
+    from apertus.data.classifiers import trained_head
+
+    return {"encoder": spec.encoder, "head": str(trained_head(spec.task, trained_dir))}
 
 
 def files_by_language(dirs: list[Path]) -> dict[str, list[Path]]:

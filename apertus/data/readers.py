@@ -7,6 +7,11 @@ bytes, empty files, truncated or corrupt files and compressed files whose codec 
 installed are skipped and counted per reason in the step's stats, with the first few examples of
 each reason logged with file and line (file and row for Parquet).
 
+A document's text is the record's `text_field`, or, for sources whose records split it over
+several fields (Flan's `inputs` and `targets`, Wikipedia's `title` and `text`, EuroParl's
+`translation` pairs), the source's `text_template` filled from the record; a record without a
+field the template names is skipped and counted (`skipped_missing_field`).
+
 The language hint is, first found first, what `language_from_path` captures in the file's path
 (one source over many language folders, such as all of FineWeb-2), the record's
 `language_field`, or the source's `language`. With `language_from_path`, a file whose path
@@ -23,6 +28,7 @@ import lzma
 import re
 import zlib
 from collections import Counter
+from functools import cached_property
 from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
@@ -31,7 +37,7 @@ from datatrove.pipeline.readers import HuggingFaceDatasetReader, ParquetReader
 from datatrove.pipeline.readers.base import BaseDiskReader
 
 from apertus.core import ApertusError
-from apertus.data.config import Source
+from apertus.data.config import Source, TemplatePieces, parse_text_template
 
 log = logging.getLogger("apertus.data.readers")
 
@@ -65,7 +71,7 @@ class SourceMapping:
 
     def _default_adapter(self, data: dict, path: str, id_in_file: int | str) -> dict:
         source = self.source
-        text = data.get(source.text_field)
+        text = self.record_text(data)[0]
         doc_id = data.get(source.id_field)
         if doc_id in (None, ""):
             doc_id = f"{source.name}/{PurePosixPath(str(path)).name}/{id_in_file}"
@@ -81,6 +87,42 @@ class SourceMapping:
             metadata["language_hint"] = str(hint or source.language)
         return {"text": text, "id": str(doc_id), "metadata": metadata}
 
+    def record_text(self, data: Any) -> tuple[str | None, str, str]:
+        """(the record's document text, "", "") or (None, why it has none, detail): the skip
+        reason counted as `skipped_<reason>` and the field it concerns."""
+        if not isinstance(data, dict):
+            return None, "not_an_object", ""
+        if self.source.text_template is None:
+            field = self.source.text_field
+            text = data.get(field)
+            detail = f"field {field!r}"
+            if text is None or text == "":
+                return None, "missing_text", detail
+            if not isinstance(text, str):
+                return None, "text_not_string", detail
+        else:
+            parts = []
+            for literal, keys in self._template:
+                parts.append(literal)
+                if keys is None:
+                    continue
+                value = _text_value(_lookup(data, keys))
+                detail = f"field {_field_name(keys)} of text_template {self.source.text_template!r}"
+                if value is None:
+                    return None, "missing_field", detail
+                if not isinstance(value, str):
+                    return None, "field_not_string", detail
+                parts.append(value)
+            text = "".join(parts)
+            detail = f"text_template {self.source.text_template!r}"
+        if not text.strip():
+            return None, "blank_text", detail
+        return text, "", ""
+
+    @cached_property
+    def _template(self) -> TemplatePieces:
+        return parse_text_template(self.source.text_template)
+
     def path_language(self, path: str) -> str | None:
         """The language `source.language_from_path` captures in a file's path (relative to the
         folder read, as datatrove names it: `deu_Latn/train/000_00000.parquet`), or None."""
@@ -89,6 +131,46 @@ class SourceMapping:
             return None
         match = re.search(pattern, str(path))
         return (match.group(1) or None) if match else None
+
+
+def _lookup(data: dict, keys: tuple[str | int, ...]) -> Any:
+    """The value at `keys` in a record (dicts by key, lists by index), or None where it has none.
+    A numeric key reads a list's item, or a dict's key of those digits (`{scores[0]}`)."""
+    value: Any = data
+    for key in keys:
+        if isinstance(value, dict):
+            value = value.get(key, value.get(str(key)) if isinstance(key, int) else None)
+        elif isinstance(value, list) and isinstance(key, int) and -len(value) <= key < len(value):
+            value = value[key]
+        else:
+            return None
+    return value
+
+
+def _text_value(value: Any) -> Any:
+    """A templated field's text: a string as it is; a list of strings and nulls (interleaved
+    text, None where an image was: InfiMM-WebMath's `text_list`) its strings joined by a blank
+    line, or None when it holds none; anything else unchanged (refused by the caller)."""
+    if isinstance(value, list) and all(item is None or isinstance(item, str) for item in value):
+        texts = [item for item in value if item is not None]
+        return "\n\n".join(texts) if texts else None
+    return value
+
+
+def _field_name(keys: tuple[str | int, ...]) -> str:
+    return "{" + str(keys[0]) + "".join(f"[{key}]" for key in keys[1:]) + "}"
+
+
+def _refuse_bad_source(source: Source) -> None:
+    """The source problems the config check names, for a reader built without it."""
+    for key, problem in (
+        ("language_from_path", source.language_from_path_problem()),
+        ("text_template", source.text_template_problem()),
+    ):
+        if problem:
+            raise ApertusError(
+                f"data source {source.name!r}: {key} {getattr(source, key)!r}: {problem}"
+            )
 
 
 class DiskSource(SourceMapping):
@@ -110,12 +192,7 @@ class DiskSource(SourceMapping):
             **self._base_options,
         )
         self.source = source
-        problem = source.language_from_path_problem()
-        if problem:
-            raise ApertusError(
-                f"data source {source.name!r}: language_from_path "
-                f"{source.language_from_path!r}: {problem}"
-            )
+        _refuse_bad_source(source)
 
     def read_files_shard(self, shard: list[str]):
         # With `language_from_path`, a file whose path names no language is refused whole (its
@@ -149,19 +226,6 @@ class _Skips:
         if self.samples[reason] < _SAMPLES_PER_REASON:
             self.samples[reason] += 1
             log.warning("skipped (%s) %s%s", reason, where, f": {detail}" if detail else "")
-
-
-def _text_problem(data: Any, text_field: str) -> str | None:
-    if not isinstance(data, dict):
-        return "not_an_object"
-    text = data.get(text_field)
-    if text is None or text == "":
-        return "missing_text"
-    if not isinstance(text, str):
-        return "text_not_string"
-    if not text.strip():
-        return "blank_text"
-    return None
 
 
 class RobustJsonlReader(DiskSource, BaseDiskReader):
@@ -205,9 +269,9 @@ class RobustJsonlReader(DiskSource, BaseDiskReader):
                     except orjson.JSONDecodeError as e:
                         skip("bad_json", where, str(e))
                         continue
-                    problem = _text_problem(data, self.source.text_field)
+                    _, problem, detail = self.record_text(data)
                     if problem:
-                        skip(problem, where, f"field {self.source.text_field!r}")
+                        skip(problem, where, detail)
                         continue
                     with self.track_time():
                         document = self.get_document_from_dict(data, filepath, lineno)
@@ -253,9 +317,9 @@ class GuardedParquetReader(DiskSource, ParquetReader):
                     documents = []
                     with self.track_time("batch"):
                         for data in batch.to_pylist():
-                            problem = _text_problem(data, self.source.text_field)
+                            _, problem, detail = self.record_text(data)
                             if problem:
-                                skip(problem, f"{filepath}:row {row}")
+                                skip(problem, f"{filepath}:row {row}", detail)
                             else:
                                 document = self.get_document_from_dict(data, filepath, row)
                                 if document:
@@ -346,6 +410,17 @@ class HubDatasetReader(SourceMapping, HuggingFaceDatasetReader):
             id_key=source.id_field,
         )
         self.source = source
+        _refuse_bad_source(source)
+
+    def get_document_from_dict(self, data: dict, source_file: str, id_in_file: int | str):
+        # Records without text are counted per reason, as the file readers count them.
+        _, problem, detail = self.record_text(data)
+        if problem:
+            if "_skip" not in self.__dict__:
+                self._skip = _Skips(self)
+            self._skip(problem, f"{source_file} row {id_in_file}", detail)
+            return None
+        return super().get_document_from_dict(data, source_file, id_in_file)
 
 
 def make_reader(source: Source, *, paths_file: str | None = None, limit: int = -1):

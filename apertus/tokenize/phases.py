@@ -457,8 +457,8 @@ def _permutation(n: int, seed: int, source: str, epoch: int, work: Path) -> Iter
 
     Up to `_CHUNK` elements it is sorted at once. Beyond, a counting sort on the top bits of the
     raw values splits them into buckets of about `_CHUNK` (the values are generated twice: to
-    count, then to place each with its position into its bucket's region of two memory-mapped
-    files in `work`), and each bucket is then sorted alone. Positions enter a bucket in
+    count, then to write each with its position into its bucket's region of two files in
+    `work`), and each bucket is then read back and sorted alone. Positions enter a bucket in
     increasing order, so a stable sort of each bucket gives exactly the whole stable argsort.
     """
 
@@ -489,7 +489,7 @@ def _permutation(n: int, seed: int, source: str, epoch: int, work: Path) -> Iter
             cuts = np.concatenate([[0], np.cumsum(sizes)])
             for b in np.flatnonzero(sizes):  # written, not mapped: nothing stays resident
                 take = order[cuts[b] : cuts[b + 1]]
-                os.pwrite(values.fileno(), raw[take].tobytes(), int(filled[b]) * 8)
+                os.pwrite(values.fileno(), raw[take].astype("<u8").tobytes(), int(filled[b]) * 8)
                 os.pwrite(
                     positions.fileno(), (take + start).astype("<i8").tobytes(), int(filled[b]) * 8
                 )

@@ -105,7 +105,31 @@ def test_fineweb2_is_one_source_over_every_language_folder(preset):
     (fineweb2,) = [s for s in config["data"]["sources"] if s["name"] == "fineweb2"]
     assert fineweb2["path"].endswith("HuggingFaceFW/fineweb-2/data")
     assert fineweb2["language_from_path"] and "*" not in fineweb2["glob"].split("/")[0]
-    assert not [s for s in config["data"]["sources"] if s["name"].startswith("fineweb2-")]
+    names = [s["name"] for s in config["data"]["sources"]]
+    assert not [n for n in names if n.startswith("fineweb2-") and len(n) == len("fineweb2-deu")]
+
+
+def test_five_phases_of_recipe_section_5(preset):
+    """15T tokens in five phases, one WSD schedule with its cooldown (the last decay_fraction of
+    the tokens) exactly phase 5; every phase its own data seed; 70B's phase 2 adds FineWeb-HQ."""
+    size, config = preset
+    pretrain = config["pretrain"]
+    phases = {p["name"]: p for p in config["tokenize"]["phases"]}
+    assert pretrain["phases"] == ["phase1", "phase2", "phase3", "phase4", "phase5"]
+    budgets = [phases[name]["tokens"] for name in pretrain["phases"]]
+    assert sum(budgets) == 15_000_000_000_000
+    assert budgets[-1] == pytest.approx(pretrain["lr"]["decay_fraction"] * sum(budgets))
+    assert sum(budgets[:2]) == pretrain["batch_ramp"]["at_tokens"] or size == "70b"
+    seeds = [phases[name]["seed"] for name in pretrain["phases"]]
+    assert len(set(seeds)) == 5
+    for name in pretrain["phases"]:
+        assert sum(phases[name]["weights"].values()) == pytest.approx(1.0)
+    assert ("fineweb-hq" in phases["phase2"]["weights"]) == (size == "70b")
+    assert {"megamath", "infimm-webmath"} <= set(phases["phase3"]["weights"])
+    assert {"dclm-edu", "fineweb2-hq-top10"} <= set(phases["phase4"]["weights"])
+    assert {"stack-v2-edu", "wikipedia", "flan"} <= set(phases["phase5"]["weights"])
+    books = [s["name"] for s in config["data"]["sources"] if s["kind"] == "books"]
+    assert sum(phases["longctx"]["weights"][b] for b in books) == pytest.approx(0.1)
 
 
 def test_data_filters_are_recipe_section_5(preset):

@@ -11,10 +11,11 @@ DATA_SAMPLE = stage_path("data", "sample")
 DATA_SNAPSHOT = stage_path("data", "robots", "snapshot.json")
 DATA_CLASSIFIERS = stage_path("data", "classifiers")
 DATATROVE_LOGS = str(RUN_DIR / "logs" / "data" / "datatrove")
-DATA_NGRAM = [
+# The classifiers data_classifiers trains: ngram always, xlmr heads when no `head` is given.
+DATA_TRAINED = [
     task
     for task in ("quality", "toxicity")
-    if DATA[task]["enabled"] and DATA[task]["backend"] == "ngram"
+    if getattr(DataConfig.from_dict(DATA), task).trained
 ]
 DATA_SOURCE_FILES = {
     source.name: [
@@ -28,7 +29,8 @@ DATA_LABELS = [
         if DATA[task]["labels"] == "sample"
         else DATA[task]["labels"]
     )
-    for task in DATA_NGRAM
+    for task in DATA_TRAINED
+    if not DATA[task]["labels"].startswith("hf://")
 ]
 DATA_FILTERED = [
     stage_path("data", "filtered", source["name"], str(shard))
@@ -93,7 +95,7 @@ rule data_classifiers:
         labels=DATA_LABELS,
     output:
         models=directory(
-            expand(stage_path("data", "classifiers", "{task}"), task=DATA_NGRAM)
+            expand(stage_path("data", "classifiers", "{task}"), task=DATA_TRAINED)
         ),
         manifest=stage_path("data", "classifiers", "manifest.json"),
     log:
@@ -119,7 +121,7 @@ rule data_filter:
     input:
         sources=lambda wildcards: DATA_SOURCE_FILES[wildcards.source],
         snapshot=[DATA_SNAPSHOT] if DATA["robots"]["enabled"] else [],
-        classifiers=rules.data_classifiers.output.models if DATA_NGRAM else [],
+        classifiers=rules.data_classifiers.output.models if DATA_TRAINED else [],
     output:
         out=directory(stage_path("data", "filtered", "{source}", "{shard}")),
         removed=directory(stage_path("data", "removed", "filter-{source}-{shard}")),
