@@ -15,6 +15,7 @@ from apertus.core.config import ConfigError, load_config
 from apertus.data.config import DataConfig, Source
 from apertus.data.readers import make_reader
 from apertus.plan_check import plan_problems
+from tests.data.test_readers import read
 
 FLAN = "{inputs}\n\n{targets}"
 WIKIPEDIA = "{title}\n\n{text}"
@@ -25,13 +26,6 @@ def source(path, reader="parquet", **kw) -> Source:
     return Source.from_dict(
         {"name": "src", "reader": reader, "path": str(path), "kind": "web", **kw}
     )
-
-
-def read(src):
-    reader = make_reader(src)
-    docs = list(reader.run())
-    stats = {k: v.total if hasattr(v, "total") else v for k, v in reader.stats.stats.items()}
-    return docs, stats
 
 
 def skips(stats) -> dict:
