@@ -412,8 +412,9 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
     assert max(read_metrics(metrics_file)) < 30
 
     proc = run_ok(spec, 1)
-    # The shard and its index were verified before the first run; unchanged, not read again.
-    assert "verified the sha256 of 2 data file(s) (0.0 MiB read, 2 unchanged" in proc.stderr
+    # The shard, its index and the phase's three index files were verified before the first
+    # run; unchanged, not read again.
+    assert "verified the sha256 of 5 data file(s) (0.0 MiB read, 5 unchanged" in proc.stderr
     resumed_from = max(left)
     assert f"Training starts at step {resumed_from + 1}" in proc.stdout
     final = load_checkpoint(tmp_path / "killed" / "ckpt" / "step-30", tmp_path)
