@@ -132,6 +132,32 @@ def test_five_phases_of_recipe_section_5(preset):
     assert sum(phases["longctx"]["weights"][b] for b in books) == pytest.approx(0.1)
 
 
+QRPO_LR = {"8b": 5e-7, "70b": 1e-7}
+
+
+def test_post_training_is_recipe_section_7(preset):
+    size, config = preset
+    post = config["posttrain"]
+    assert post["instructions"]["source"]["hub"]  # not the tiny default's generated set
+    assert post["sft_data"]["max_len"] == 4096
+    assert (post["sft"]["epochs"], post["sft"]["warmup_ratio"], post["sft"]["grad_clip"]) == (
+        1,
+        0.03,
+        1.0,
+    )
+    assert (post["qrpo_data"]["n_samples"], post["qrpo_data"]["temperature"]) == (10, 1.0)
+    reward = post["qrpo_data"]["reward"]
+    assert (reward["kind"], reward["model"]) == (
+        "reward_model",
+        "Skywork/Skywork-Reward-V2-Llama-3.1-8B",
+    )
+    assert (post["qrpo"]["lr"], post["qrpo"]["beta_kl"], post["qrpo"]["max_beta"]) == (
+        QRPO_LR[size],
+        5.0,
+        0.1,
+    )
+
+
 def test_data_filters_are_recipe_section_5(preset):
     _, config = preset
     data = config["data"]
