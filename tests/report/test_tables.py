@@ -81,7 +81,12 @@ def test_tokens_table_and_plot_per_phase_and_language(tmp_path):
     )  # fmt: skip
     two = phase("phase2", {"en": {"documents_planned": 1, "tokens_planned": 50}}, [])
     per_language, per_source = tables.tokens_table([("phase1", one), ("phase2", two)])
-    assert per_language.rows == [["de", 300, 0], ["en", 700, 50], ["all", 1000, 50]]
+    assert per_language.rows == [
+        ["de", 300, 0],
+        ["en", 700, 50],
+        ["all", 1000, 50],
+        ["non-English share", 0.3, 0.0],
+    ]
     assert per_source.rows == [["phase1", "web", "-", 1.0, 1, 5, 1000]]
     drawn = figures.plot_tokens(
         [("phase1", one["languages"]), ("phase2", two["languages"])], tmp_path / "t.png"
