@@ -58,8 +58,9 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from datatrove.data import Document
 from datatrove.pipeline.filters import (
@@ -174,33 +175,63 @@ def word_tokenizer_available(language: str) -> bool:
 # each, so ~100 MB per language and process. Web text brings new strings (numbers, names, typos)
 # without end; the bound keeps memory flat, and a rebuild costs ~20-50 ms.
 WARM_VOCABULARY_LIMIT = 100_000
+# The same bound for all the warm vocabularies of one process together: a data_filter task can
+# meet many languages (a source over all of FineWeb-2's folders). Past it, the vocabulary that
+# grew most is rebuilt empty.
+WARM_TOTAL_LIMIT = 400_000
 
 
 class WarmSpacyTokenizer(SpaCyTokenizer):
     """datatrove's `SpaCyTokenizer` with the same spaCy calls and results, minus its per-call
     ``memory_zone()``: that zone frees every word entry (lexeme) and every cached split a call
     created, so each token of each call was built again from scratch. Here they stay, so a word
-    seen before costs a cache lookup (about 10x faster on the sample corpus). When the
-    vocabulary has gained more than `vocabulary_limit` entries it is rebuilt empty (counted in
-    `rebuilds`), which bounds its memory; tokenization does not depend on what the vocabulary
-    holds, so results never change. One difference: a text containing ``IS_ALPHA`` (a spaCy
-    attribute name) gets its real sentences here, where datatrove's zone returns other strings.
+    seen before costs a cache lookup (about 10x faster on the sample corpus).
+
+    Memory stays bounded: a vocabulary that has gained more than `vocabulary_limit` entries is
+    rebuilt empty, and so is the one that gained most when all of a process's warm vocabularies
+    together have gained more than `total_limit` (both counted in `rebuilds`). Tokenization does
+    not depend on what a vocabulary holds, so results never change. One difference: a text
+    containing ``IS_ALPHA`` (a spaCy attribute name) gets its real sentences here, where
+    datatrove's zone returns other strings.
     """
 
-    def __init__(self, language: str, vocabulary_limit: int = WARM_VOCABULARY_LIMIT):
+    _live: ClassVar[weakref.WeakSet] = weakref.WeakSet()  # this process's warm tokenizers
+    _gained_total: ClassVar[int] = 0
+
+    def __init__(
+        self,
+        language: str,
+        vocabulary_limit: int = WARM_VOCABULARY_LIMIT,
+        total_limit: int = WARM_TOTAL_LIMIT,
+    ):
         super().__init__(language)
-        self.vocabulary_limit = vocabulary_limit
+        self.vocabulary_limit, self.total_limit = vocabulary_limit, total_limit
         self.rebuilds = 0
-        self._vocabulary_bound = 0
+        self.gained = 0  # entries gained since the vocabulary was (re)built
+        self._fresh = 0
+        WarmSpacyTokenizer._live.add(self)
+
+    def __del__(self) -> None:
+        WarmSpacyTokenizer._gained_total -= getattr(self, "gained", 0)
+
+    def _rebuild(self) -> None:
+        WarmSpacyTokenizer._gained_total -= self.gained
+        self._tokenizer, self.gained = None, 0
+        self.rebuilds += 1
 
     def _nlp(self, text: str):
-        if self._tokenizer is not None and len(self._tokenizer.vocab) > self._vocabulary_bound:
-            self._tokenizer = None
-            self.rebuilds += 1
+        if self.gained > self.vocabulary_limit:
+            self._rebuild()
+        if WarmSpacyTokenizer._gained_total > self.total_limit:
+            max(WarmSpacyTokenizer._live, key=lambda t: t.gained)._rebuild()
         if self._tokenizer is None:  # the `tokenizer` property builds spacy.blank(language)
-            self._vocabulary_bound = len(self.tokenizer.vocab) + self.vocabulary_limit
+            self._fresh = len(self.tokenizer.vocab)
         self.tokenizer.max_length = len(text) + 10
-        return self._do_tokenize(text)
+        docs = self._do_tokenize(text)
+        gained = len(self._tokenizer.vocab) - self._fresh
+        WarmSpacyTokenizer._gained_total += gained - self.gained
+        self.gained = gained
+        return docs
 
     def word_tokenize(self, text: str) -> list[str]:
         return strip_strings([token.text for doc in self._nlp(text) for token in doc])

@@ -674,7 +674,7 @@ def test_warm_vocabulary_is_rebuilt_at_its_limit_without_changing_results():
     from apertus.data.quality import WarmSpacyTokenizer
 
     warm, cold = WarmSpacyTokenizer("en", vocabulary_limit=300), load_word_tokenizer("en")
-    fresh = len(WarmSpacyTokenizer("en").tokenizer.vocab)
+    fresh = len(load_word_tokenizer("en").tokenizer.vocab)
     sizes = []
     for i in range(40):  # every text brings 50 words never seen before
         text = " ".join(f"w{i}x{j}." for j in range(50)) + " " + ARTICLES["en"]
@@ -727,3 +727,29 @@ def test_heuristic_chain_decides_like_datatroves_filters_on_the_sample_corpus(tm
             assert mine.text == reference.text
         outcomes["kept" if kept else "dropped"] += 1
     assert outcomes["kept"] and outcomes["dropped"]  # both outcomes were compared
+
+
+def test_all_warm_vocabularies_together_stay_under_the_process_limit(monkeypatch):
+    """Many languages in one process: when they have gained more than the total limit together,
+    the one that gained most is rebuilt, and results stay datatrove's."""
+    import weakref
+
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+    from apertus.data.quality import WarmSpacyTokenizer
+
+    # Only this test's tokenizers count (others of this process are warm too).
+    monkeypatch.setattr(WarmSpacyTokenizer, "_live", weakref.WeakSet())
+    monkeypatch.setattr(WarmSpacyTokenizer, "_gained_total", 0)
+    warm = {lang: WarmSpacyTokenizer(lang, total_limit=500) for lang in ("en", "de", "fr")}
+    totals = []
+    for i in range(12):
+        for lang, tokenizer in warm.items():
+            text = " ".join(f"{lang}{i}x{j}" for j in range(60))  # 60 words never seen
+            assert tokenizer.word_tokenize(text) == load_word_tokenizer(lang).word_tokenize(text)
+            totals.append(sum(t.gained for t in warm.values()))
+    assert max(totals) <= 500 + 60
+    assert all(t.rebuilds >= 1 for t in warm.values())
+    assert WarmSpacyTokenizer._gained_total == sum(t.gained for t in warm.values())
+    for tokenizer in warm.values():  # leave the process-wide count as it was
+        tokenizer._rebuild()
