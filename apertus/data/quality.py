@@ -55,6 +55,7 @@ judged documents as ``checked_<language>``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -212,7 +213,8 @@ class WarmSpacyTokenizer(SpaCyTokenizer):
         WarmSpacyTokenizer._live.add(self)
 
     def __del__(self) -> None:
-        WarmSpacyTokenizer._gained_total -= getattr(self, "gained", 0)
+        with contextlib.suppress(Exception):  # at interpreter exit the module may be gone
+            WarmSpacyTokenizer._gained_total -= getattr(self, "gained", 0)
 
     def _rebuild(self) -> None:
         WarmSpacyTokenizer._gained_total -= self.gained
