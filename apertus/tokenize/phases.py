@@ -602,17 +602,18 @@ def _merge(
 
     Each block takes from every source the documents whose progress lies in
     ``[k / blocks, (k + 1) / blocks)`` and sorts them by (progress, source): as each stream's
-    progress increases, the blocks in order are the whole sorted merge. Returns the tokens
-    before every `BLOCK_ROWS`-th row (and the total, last) and the row count.
+    progress increases, the blocks in order are the whole sorted merge. The block table (tokens
+    before every `BLOCK_ROWS`-th row, and the total, last) is written as it goes too. Returns
+    the row count and the total tokens.
     """
     total = sum(len(p) for p in plans)
     source_out = _NpyWriter(out_dir / f"{SOURCE_FILE}.tmp", _SOURCE_DTYPE, total)
     doc_out = _NpyWriter(out_dir / f"{DOCUMENT_FILE}.tmp", document_dtype, total)
+    marks = _NpyWriter(out_dir / f"{BLOCKS_FILE}.tmp", _INDEX_DTYPE, -(-total // BLOCK_ROWS) + 1)
     blocks = max(1, math.ceil(total / _CHUNK))
     starts = [0] * len(plans)
     written = 0
     carried = 0  # tokens before row `written`
-    marks = [0]  # tokens before rows 0, BLOCK_ROWS, 2 * BLOCK_ROWS, ...
     for k in range(1, blocks + 1):
         parts = []
         for i, plan in enumerate(plans):
@@ -637,19 +638,20 @@ def _merge(
                 lengths[mine] = shards.column("length", rows[mine])
         source_out.write(source)
         doc_out.write(docs)
-        cumulative = np.cumsum(lengths) + carried
-        # Tokens before each row j * BLOCK_ROWS (j >= 1) that falls in this piece.
-        first = max(BLOCK_ROWS, -(-written // BLOCK_ROWS) * BLOCK_ROWS)
-        for row in range(first, written + len(rows), BLOCK_ROWS):
-            marks.append(carried if row == written else int(cumulative[row - written - 1]))
+        # Tokens before each row j * BLOCK_ROWS that falls in this piece (row 0 included).
+        before = np.concatenate([[carried], np.cumsum(lengths) + carried])
+        block_starts = np.arange(
+            -(-written // BLOCK_ROWS) * BLOCK_ROWS, written + len(rows), BLOCK_ROWS
+        )
+        marks.write(before[block_starts - written])
         written += len(rows)
-        carried = int(cumulative[-1])
-    source_out.close()
-    doc_out.close()
-    if total and written != total:
+        carried = int(before[-1])
+    marks.write(np.array([carried]))
+    for writer in (source_out, doc_out, marks):
+        writer.close()
+    if written != total:
         raise ApertusError(f"merged {written} rows of {total} (a bug)")
-    marks.append(carried)
-    return {"blocks": np.array(marks, dtype=_INDEX_DTYPE), "rows": total}
+    return {"rows": total, "tokens": carried}
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -830,8 +832,6 @@ def _build(
     plans = [_plan_source(s, spec.seed, targets[s.name], work) for s in sources]
     wide = any(s.documents >= _UINT32_LIMIT for s in sources)
     merged = _merge(sources, plans, out_dir, _DOCUMENT_DTYPES[wide])
-    with (out_dir / f"{BLOCKS_FILE}.tmp").open("wb") as f:
-        np.save(f, merged["blocks"])
     index_files = {}
     for name in INDEX_FILES:
         final = out_dir / name
@@ -885,7 +885,7 @@ def _build(
         "name": spec.name,
         "seed": spec.seed,
         "budget": spec.tokens,
-        "tokens_planned": int(merged["blocks"][-1]),
+        "tokens_planned": merged["tokens"],
         "documents_planned": int(merged["rows"]),
         "languages": {language: languages[language] for language in sorted(languages)},
         "dtype": dtype_name,
