@@ -29,6 +29,7 @@ Two backends score a document:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import re
@@ -968,8 +969,12 @@ class ClassifierScorer(PipelineStep):
     Only documents whose ``metadata["kind"]`` is in ``apply_to_kinds`` are scored (None = all): the
     recipe does not run toxicity on edu/code/math sources. Others pass unscored (stat ``exempt``),
     as do documents whose language has no head (stat ``no_model_<lang>``), so the threshold filter
-    lets them through. The model is loaded lazily in the worker (datatrove pickles the steps) and
-    documents are scored in batches of ``batch_size``; output order equals input order.
+    lets them through. With `languages`, documents of the scored kinds in other languages are not
+    scored but marked ``metadata[f"{task}_sampled"]`` (stat ``sampled``): the threshold filter
+    keeps a seeded random share of them (RECIPE §5: the quality classifier judges 20 languages,
+    the others are randomly sampled). The model is loaded lazily in the worker (datatrove
+    pickles the steps) and documents are scored in batches of ``batch_size``; output order
+    equals input order.
     ``model`` holds the backend's options (``load_classifier``), without ``task``.
     """
 
@@ -983,6 +988,7 @@ class ClassifierScorer(PipelineStep):
         model: Mapping[str, Any],
         apply_to_kinds: Sequence[str] | None,
         batch_size: int = 64,
+        languages: Sequence[str] | None = None,
     ) -> None:
         _check_task(task)
         if backend not in BACKENDS:
@@ -1004,6 +1010,10 @@ class ClassifierScorer(PipelineStep):
         self.backend = backend
         self.model = dict(model)
         self.apply_to_kinds = None if apply_to_kinds is None else tuple(apply_to_kinds)
+        if isinstance(languages, str):
+            raise ValueError(f"languages must be a list of labels, got the string {languages!r}")
+        self.languages = None if languages is None else frozenset(languages)
+        self.sampled_key = f"{task}_sampled"
         self.batch_size = batch_size
         self._classifier: Classifier | None = None
 
@@ -1045,6 +1055,10 @@ class ClassifierScorer(PipelineStep):
                 and doc.metadata.get("kind") not in self.apply_to_kinds
             ):
                 self.stat_update("exempt")
+            elif self.languages is not None and language not in self.languages:
+                # RECIPE §5: languages without a classifier are sampled at random instead.
+                doc.metadata[self.sampled_key] = True
+                self.stat_update("sampled")
             elif not self.classifier.supports_language(language):
                 self.stat_update(f"no_model_{language}")
             else:
@@ -1089,6 +1103,12 @@ def compute_thresholds(
     return thresholds
 
 
+def sample_draw(seed: int, doc_id: str) -> float:
+    """A document's seeded uniform draw in [0, 1), from its id: the same in every run and task."""
+    digest = hashlib.blake2b(f"{seed}\0{doc_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
 class ThresholdFilter(BaseFilter):
     """Drops documents on the wrong side of their language's score threshold (RECIPE.md §5).
 
@@ -1098,7 +1118,9 @@ class ThresholdFilter(BaseFilter):
     Documents without the score (exempt kinds, languages without a model) pass (stat ``no_score``);
     languages without a threshold pass (stat ``no_threshold_<lang>``): the recipe filters only the
     languages it has classifiers and thresholds for. A score that is not a finite number is dropped
-    as ``invalid_score`` rather than silently compared.
+    as ``invalid_score`` rather than silently compared. With `sample_fraction`, documents the
+    scorer marked for sampling are kept when `sample_draw(seed, id)` falls below it, else dropped
+    as ``sampled_out``.
     """
 
     name = "🎚️ threshold"
@@ -1110,16 +1132,27 @@ class ThresholdFilter(BaseFilter):
         keep: str,
         reason: str,
         exclusion_writer=None,
+        sample_fraction: float | None = None,
+        seed: int = 0,
     ) -> None:
         if keep not in KEEP_SIDES:
             raise ValueError(f"keep must be one of {KEEP_SIDES}, got {keep!r}")
+        if sample_fraction is not None and not 0 <= sample_fraction <= 1:
+            raise ValueError(f"sample_fraction must be in [0, 1], got {sample_fraction}")
         super().__init__(exclusion_writer)
         self.score_key = score_key
+        self.sampled_key = score_key.removesuffix("_score") + "_sampled"
         self.thresholds = {lang: float(t) for lang, t in thresholds.items()}
         self.keep = keep
         self.reason = reason
+        self.sample_fraction, self.seed = sample_fraction, seed
 
     def filter(self, doc: Document) -> bool | tuple[bool, str]:
+        if self.sample_fraction is not None and doc.metadata.get(self.sampled_key):
+            if sample_draw(self.seed, doc.id) < self.sample_fraction:
+                self.stat_update("sampled_kept")
+                return True
+            return False, "sampled_out"
         score = doc.metadata.get(self.score_key)
         if score is None:
             self.stat_update("no_score")

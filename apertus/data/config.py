@@ -222,6 +222,7 @@ class QualityFilter(ClassifierFilter, key="data.quality"):
 
     task: ClassVar[str] = "quality"
     keep_fraction: float
+    languages: tuple[str, ...] | None
 
     @property
     def fraction(self) -> float:

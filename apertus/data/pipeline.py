@@ -201,6 +201,7 @@ def filter_steps(
                     spec.backend,
                     model=classifier_model(spec, classifiers.get(task)),
                     apply_to_kinds=spec.apply_to_kinds,
+                    languages=getattr(spec, "languages", None),
                 )
             )
     steps.append(JsonlWriter(str(output_dir), output_filename=_INTERMEDIATE))
@@ -411,6 +412,8 @@ def select_steps(
                     keep=spec.keep,
                     reason=reason,
                     exclusion_writer=removed_sample(cfg, removed_dir, task),
+                    sample_fraction=spec.fraction if getattr(spec, "languages", None) else None,
+                    seed=spec.seed,
                 ),
                 FunnelCheckpoint(task, funnel_dir, job),
             ]

@@ -631,3 +631,53 @@ def test_filter_passes_unscored_and_unthresholded_docs_and_counts_them():
     assert stats["no_threshold_sw"].total == 1
     assert stats["dropped_low_quality"].total == 1
     assert stats["dropped_invalid_score"].total == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# RECIPE §5: the classifier judges its languages, the others are sampled at random
+# --------------------------------------------------------------------------------------------------
+
+
+def test_scorer_marks_other_languages_for_sampling_instead_of_scoring(quality_model):
+    out, _ = quality_model
+    docs = make_docs()
+    for doc in docs[4:]:
+        doc.metadata["language"] = "fr"
+    model = {"model_dir": str(out)}
+    scorer = ClassifierScorer("quality", "ngram", model, ["web"], languages=["en"])
+    result = list(scorer.run(iter(docs)))
+    judged = [d for d in result if d.metadata["language"] == "en" and d.metadata["kind"] == "web"]
+    sampled = [d for d in result if d.metadata["language"] == "fr" and d.metadata["kind"] == "web"]
+    assert judged and all("quality_score" in d.metadata for d in judged)
+    assert sampled and all(d.metadata.get("quality_sampled") is True for d in sampled)
+    assert all("quality_score" not in d.metadata for d in sampled)
+    code = [d for d in result if d.metadata["kind"] == "code"]
+    assert all("quality_sampled" not in d.metadata for d in code)  # exempt kinds stay exempt
+    assert scorer.stats.stats["sampled"].total == len(sampled)
+
+
+def test_sampled_documents_are_kept_by_a_seeded_draw_at_the_fraction():
+    from apertus.data.classifiers import sample_draw
+
+    # The draw, computed independently: blake2b-64 of "seed\0id" over 2**64.
+    digest = hashlib.blake2b(b"7\x00doc-1", digest_size=8).digest()
+    assert sample_draw(7, "doc-1") == int.from_bytes(digest, "big") / 2**64
+
+    step = ThresholdFilter(
+        "quality_score", {"fr": 0.5}, keep="top", reason="low_quality", sample_fraction=0.3, seed=7
+    )
+    docs = [
+        Document(text="x", id=f"doc-{i}", metadata={"language": "de", "quality_sampled": True})
+        for i in range(4000)
+    ]
+    verdicts = [step.filter(d) for d in docs]
+    kept = [d.id for d, v in zip(docs, verdicts, strict=True) if v is True]
+    assert abs(len(kept) / len(docs) - 0.3) < 0.03
+    assert kept == [d.id for d in docs if sample_draw(7, d.id) < 0.3]  # the same in every run
+    assert {v for v in verdicts if v is not True} == {(False, "sampled_out")}
+    # Scored documents are still cut at their language's threshold.
+    scored = Document(text="x", id="s", metadata={"language": "fr", "quality_score": 0.2})
+    assert step.filter(scored) == (False, "low_quality")
+    # Without a fraction, a marked document passes as before (no score).
+    plain = ThresholdFilter("quality_score", {}, keep="top", reason="low_quality")
+    assert plain.filter(docs[0]) is True

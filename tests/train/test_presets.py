@@ -164,6 +164,8 @@ def test_data_filters_are_recipe_section_5(preset):
     assert data["toxicity"]["drop_fraction"] == 0.05
     assert set(data["toxicity"]["apply_to_kinds"]).isdisjoint({"edu", "code", "math"})
     assert data["quality"]["keep_fraction"] in (0.33, 0.10)
+    # 20 languages by classifier (and English), the others sampled at random.
+    assert 20 <= len(set(data["quality"]["languages"])) <= 21
     assert data["pii"]["exempt_kinds"] == ["code", "math"]
     assert data["language"]["backend"] == "glotlid"
     assert config["tokenize"]["tokenizer"]["source"].startswith("swiss-ai/Apertus")
