@@ -92,31 +92,31 @@ class SourceMapping:
         reason counted as `skipped_<reason>` and the field it concerns."""
         if not isinstance(data, dict):
             return None, "not_an_object", ""
-        if self.source.text_template is None:
+        template = self.source.text_template
+        if template is None:
             field = self.source.text_field
             text = data.get(field)
-            detail = f"field {field!r}"
             if text is None or text == "":
-                return None, "missing_text", detail
+                return None, "missing_text", f"field {field!r}"
             if not isinstance(text, str):
-                return None, "text_not_string", detail
-        else:
-            parts = []
-            for literal, keys in self._template:
-                parts.append(literal)
-                if keys is None:
-                    continue
-                value = _text_value(_lookup(data, keys))
-                detail = f"field {_field_name(keys)} of text_template {self.source.text_template!r}"
-                if value is None:
-                    return None, "missing_field", detail
-                if not isinstance(value, str):
-                    return None, "field_not_string", detail
-                parts.append(value)
-            text = "".join(parts)
-            detail = f"text_template {self.source.text_template!r}"
+                return None, "text_not_string", f"field {field!r}"
+            if not text.strip():
+                return None, "blank_text", f"field {field!r}"
+            return text, "", ""
+        parts = []
+        for literal, keys in self._template:
+            parts.append(literal)
+            if keys is None:
+                continue
+            value = _text_value(_lookup(data, keys))
+            if value is None or not isinstance(value, str):
+                # The detail is only made for a record that is skipped (the reader's hot path).
+                reason = "missing_field" if value is None else "field_not_string"
+                return None, reason, f"field {_field_name(keys)} of text_template {template!r}"
+            parts.append(value)
+        text = "".join(parts)
         if not text.strip():
-            return None, "blank_text", detail
+            return None, "blank_text", f"text_template {template!r}"
         return text, "", ""
 
     @cached_property
