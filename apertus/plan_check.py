@@ -104,8 +104,12 @@ def _duplicate_names(config: Mapping[str, Any]) -> list[str]:
         *_repeats(sources),
         *_repeats(_named(config["tokenize"]["phases"], ["tokenize", "phases"])),
         *_repeats(stages),
-        *_repeats(
-            _named(config["evaluate"]["suite"]["tasks"], ["evaluate", "suite", "tasks"], "task")
+        *(
+            problem
+            for suite in ("suite", "instruct")
+            for problem in _repeats(
+                _named(config["evaluate"][suite]["tasks"], ["evaluate", suite, "tasks"], "task")
+            )
         ),
         *_repeats((["data", "heuristics", "families", i], f) for i, f in enumerate(families)),
     ]
@@ -277,21 +281,34 @@ def _batch_split(
     nproc: tuple[str, int],
     nnodes: tuple[str, int] | None,
     tensor_parallel: int,
+    context_parallel: tuple[str, int] | None = None,
 ) -> list[str]:
     """The split of apertus.train.run_spec.preflight, made before any job: tensor_parallel
-    divides the ranks, and each global batch the run trains with divides by micro_batch x the
-    data-parallel ranks (world size / tensor_parallel)."""
+    (x context_parallel) divides the ranks, and each global batch the run trains with divides
+    by micro_batch x the data-parallel ranks (world size / (tensor_parallel x
+    context_parallel))."""
     world = nproc[1] * (nnodes[1] if nnodes else 1)
     ranks = f"{nproc[0]} {nproc[1]}" + (f" x {nnodes[0]} {nnodes[1]}" if nnodes else "")
-    if world % tensor_parallel:
+    cp_key, cp = context_parallel or ("", 1)
+    if world % (tensor_parallel * cp):
+        if cp == 1:
+            return [
+                f"key 'pretrain.tensor_parallel' is {tensor_parallel}: it does not divide the "
+                f"{world} rank(s) of the run ({ranks})"
+            ]
         return [
-            f"key 'pretrain.tensor_parallel' is {tensor_parallel}: it does not divide the "
-            f"{world} rank(s) of the run ({ranks})"
+            f"key '{cp_key}' is {cp}: pretrain.tensor_parallel {tensor_parallel} x {cp} does "
+            f"not divide the {world} rank(s) of the run ({ranks})"
         ]
-    data_parallel = world // tensor_parallel
+    data_parallel = world // (tensor_parallel * cp)
     per_step = micro_batch * data_parallel
+    degrees = [
+        f"{name} {degree}"
+        for name, degree in (("tensor_parallel", tensor_parallel), ("context_parallel", cp))
+        if degree > 1
+    ]
     split = f"{data_parallel} data-parallel rank(s) ({ranks}"
-    split += f" / tensor_parallel {tensor_parallel})" if tensor_parallel > 1 else ")"
+    split += f" / {' x '.join(degrees)})" if degrees else ")"
     return [
         f"key '{key}' is {batch}: not divisible by micro_batch {micro_batch} x {split}"
         for key, batch in batches.items()
@@ -382,10 +399,12 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
             nproc=nproc,
             nnodes=nnodes,
             tensor_parallel=cfg.tensor_parallel,
+            context_parallel=(f"{where}.context_parallel", long.context_parallel),
         )
         problems += spec_problems(
             where,
             split,
+            context_parallel=long.context_parallel,
             micro_batch=micro_batch,
             phase_dir=long.phase,
             model_overrides={"rope_theta": long.rope_theta, "max_seq_len": long.seq_len},

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -423,7 +423,18 @@ def explain_changes(
         job.code = code_of_job(job, pins, cwd)
         if sbatch:
             job.sbatch = sbatch_options(job.rule, job.threads, job.resources)
+            if job.rule == "pretrain_stage" and "stage" in job.wildcards:
+                job.sbatch += f"  [{pretrain_launch(config, job.wildcards['stage'])}]"
     return Plan(str(Path(config["results_dir"]) / config["run"]), jobs)
+
+
+def pretrain_launch(config: Mapping[str, Any], stage: str) -> str:
+    """The torchrun layout of pretraining stage `stage` (`apertus.train.plan.launch_layout`)."""
+    from apertus.train.config import PretrainConfig
+    from apertus.train.plan import launch_layout, planned_stage
+
+    cfg = PretrainConfig.from_dict(config["pretrain"])
+    return launch_layout(cfg, planned_stage(cfg, stage))
 
 
 def code_of_job(job: PlannedJob, pins: dict[str, str], cwd: Path) -> list[str]:

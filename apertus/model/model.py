@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,9 @@ from torchtitan.protocols.module import Module, ModuleDict
 
 from apertus.core import ApertusError
 from apertus.core.typed import is_integer, is_number
+
+if TYPE_CHECKING:
+    from apertus.model.context_parallel import ContextGroup
 
 AttentionBackend = Literal["sdpa", "flex"]
 # An attention mask as the blocks receive it: None (plain causal), a dense boolean mask
@@ -410,13 +413,17 @@ def document_ids(positions: torch.Tensor) -> torch.Tensor:
     return torch.cumsum((positions == 0).to(torch.int32), dim=1) - 1
 
 
-def block_causal_mask(positions: torch.Tensor) -> torch.Tensor:
-    """Dense boolean mask [B, 1, L, L], True where query i may attend to key j: j <= i and both
-    in the same document (RECIPE §1 reset-attention-mask)."""
+def block_causal_mask(positions: torch.Tensor, queries: torch.Tensor | None = None) -> torch.Tensor:
+    """Dense boolean mask [B, 1, Q, L], True where query i may attend to key j: j <= i and both
+    in the same document (RECIPE §1 reset-attention-mask). `queries`: the sequence positions of
+    the Q queries (a context-parallel rank's tokens, `apertus.model.context_parallel`); None:
+    all L."""
     doc = document_ids(positions)
     seq_len = positions.shape[1]
-    causal = torch.ones(seq_len, seq_len, dtype=torch.bool, device=positions.device).tril()
-    same_document = doc[:, :, None] == doc[:, None, :]
+    keys = torch.arange(seq_len, device=positions.device)
+    queries = keys if queries is None else queries
+    causal = queries[:, None] >= keys[None, :]
+    same_document = doc[:, queries, None] == doc[:, None, :]
     return (same_document & causal)[:, None]
 
 
@@ -434,17 +441,27 @@ def _flex_functions(device: torch.device):
     return _compiled_flex["attention"], _compiled_flex["block_mask"]
 
 
-def block_causal_block_mask(positions: torch.Tensor) -> BlockMask:
+def block_causal_block_mask(
+    positions: torch.Tensor, queries: torch.Tensor | None = None
+) -> BlockMask:
     """FlexAttention block mask with the same pattern as ``block_causal_mask``."""
     doc = document_ids(positions)
     batch, seq_len = positions.shape
+    if queries is None:
 
-    def same_document_causal(b, h, q_idx, kv_idx):
-        return (q_idx >= kv_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+        def same_document_causal(b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (doc[b, q_idx] == doc[b, kv_idx])
 
+    else:
+
+        def same_document_causal(b, h, q_idx, kv_idx):
+            query = queries[q_idx]
+            return (query >= kv_idx) & (doc[b, query] == doc[b, kv_idx])
+
+    query_len = seq_len if queries is None else queries.shape[0]
     _, make_block_mask = _flex_functions(positions.device)
     return make_block_mask(
-        same_document_causal, batch, None, seq_len, seq_len, device=positions.device
+        same_document_causal, batch, None, query_len, seq_len, device=positions.device
     )
 
 
@@ -566,6 +583,9 @@ class Attention(Module):
         self.wo = _linear(self.n_heads * self.head_dim, config.dim, out_std)
         self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+        # Set by apertus.model.parallelize under context parallelism: keys and values are
+        # gathered over the group, queries stay this rank's (apertus.model.context_parallel).
+        self.context: ContextGroup | None = None
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttentionMask
@@ -579,6 +599,8 @@ class Attention(Module):
         # RECIPE §1: QK-norm over head_dim, applied before RoPE.
         q, k = apply_rotary_embedding(self.q_norm(q), self.k_norm(k), cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, L, D]
+        if self.context is not None:
+            k, v = self.context.gather(k), self.context.gather(v)
         scale = 1.0 / math.sqrt(self.head_dim)
         gqa = self.n_kv_heads != self.n_heads
         if isinstance(mask, BlockMask):
@@ -738,17 +760,33 @@ class ApertusModel(BaseModel):
         with torch.no_grad():
             self.init_weights()
 
-    def attention_mask(self, positions: torch.Tensor | None, tokens: torch.Tensor) -> AttentionMask:
-        """The mask the blocks get for these positions, in the configured backend's form."""
+    def attention_mask(
+        self,
+        positions: torch.Tensor | None,
+        tokens: torch.Tensor,
+        queries: torch.Tensor | None = None,
+    ) -> AttentionMask:
+        """The mask the blocks get for these positions, in the configured backend's form;
+        with `queries` (the sequence positions a context-parallel rank holds), only their rows
+        (`apertus.model.context_parallel`)."""
         if positions is None:
-            if self.config.attn_backend == "sdpa":
+            if self.config.attn_backend == "sdpa" and queries is None:
                 return None  # plain causal: SDPA's is_causal path, no dense mask needed
             positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
         if self.config.attn_backend == "flex":
-            return block_causal_block_mask(positions)
-        return block_causal_mask(positions)
+            return block_causal_block_mask(positions, queries)
+        return block_causal_mask(positions, queries)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        attention_mask: AttentionMask = None,
+    ) -> torch.Tensor:
+        """Logits [B, L, vocab] (or the final hidden states while torchtitan chunks the loss).
+        `attention_mask`: a mask made by `attention_mask` beforehand (context parallelism: the
+        rows of this rank's tokens, from the whole sequence's positions); None: made here from
+        `positions`."""
         if tokens.dim() != 2:
             raise ApertusError(f"tokens must be [batch, seq_len], got shape {tuple(tokens.shape)}")
         batch, seq_len = tokens.shape
@@ -765,7 +803,7 @@ class ApertusModel(BaseModel):
                 )
             if positions.dtype.is_floating_point or positions.dtype == torch.bool:
                 raise ApertusError(f"positions must be integers, got dtype {positions.dtype}")
-        mask = self.attention_mask(positions, tokens)
+        mask = self.attention_mask(positions, tokens) if attention_mask is None else attention_mask
         if positions is None:
             positions = torch.arange(seq_len, device=tokens.device).expand(batch, seq_len)
 

@@ -1,9 +1,10 @@
 """How Apertus is spread over ranks in torchtitan's trainer (torchtitan keeps the same in
 ``models/llama3/parallelize.py``): tensor parallelism of the blocks (`apply_tensor_parallel`,
 checked by `tensor_parallel_problems`), activation checkpointing, per-block compile and FSDP2
-over the data-parallel ranks (`parallelize_apertus`), and the initial weights made independent of
-the number of ranks on the CPU (`init_weights_world_size_invariant`). Context, pipeline and
-expert parallelism raise. `apertus.model.spec.model_spec` hands these to torchtitan.
+over the data-parallel ranks (`parallelize_apertus`), context parallelism of attention
+(`apply_context_parallel`), and the initial weights made independent of the number of ranks on
+the CPU (`init_weights_world_size_invariant`). Pipeline and expert parallelism raise.
+`apertus.model.spec.model_spec` hands these to torchtitan.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torchtitan.distributed.fsdp import get_fsdp_reshard_after_forward_policy
 from torchtitan.tools.logging import logger
 
 from apertus.core import ApertusError
+from apertus.model.context_parallel import ContextGroup
 from apertus.model.model import ApertusModel
 
 
@@ -167,6 +169,16 @@ def apply_tensor_parallel(model: ApertusModel, tp_mesh: DeviceMesh) -> None:
     parallelize_module(model, tp_mesh, plan)
 
 
+def apply_context_parallel(model: ApertusModel, cp_mesh: DeviceMesh) -> None:
+    """Every attention layer gathers keys and values over the CP group (its queries stay the
+    rank's own tokens; `apertus.model.context_parallel`). The trainer shards the sequences and
+    builds the mask rows (`apertus.train.trainer.ApertusTrainer.post_dataloading_process`)."""
+    group = ContextGroup(cp_mesh)
+    for block in model.layers.values():
+        block.attention.context = group
+    logger.info(f"Applied context parallelism to Apertus over {group.degree} rank(s)")
+
+
 def parallelize_apertus(
     model: ApertusModel,
     *,
@@ -184,19 +196,12 @@ def parallelize_apertus(
     FSDP units: the embedding, each block, the final norm with lm_head, and the root. Gradients
     are summed, not averaged, across ranks (the trainer already divides the loss by the global
     number of kept tokens) and the reduction is forced to a plain SUM, because gloo has no
-    PREMUL_SUM (PLATFORM.md blocker 4). Context, pipeline and expert parallelism are not
-    implemented for Apertus; context parallelism cannot run on the CPU at all (blocker 7).
+    PREMUL_SUM (PLATFORM.md blocker 4). Context parallelism (`apply_context_parallel`) gathers
+    keys and values in attention; the FSDP mesh then spans the CP ranks too, so their gradient
+    parts are summed. Pipeline and expert parallelism are not implemented for Apertus.
     """
     if parallel_dims.cp_enabled:
-        if running_on_cpu():
-            raise ApertusError(
-                "context parallelism runs on GPU only: on CPU torch has no sharding strategy "
-                "for the flash-attention op it needs (PLATFORM.md, torchtitan 0.3.0, CPU "
-                "blocker 7); set parallelism.context_parallel_degree to 1"
-            )
-        raise ApertusError(
-            "context parallelism is not implemented for Apertus; use FSDP and tensor parallelism"
-        )
+        apply_context_parallel(model, parallel_dims.get_mesh("cp"))
     for name, enabled in (
         ("pipeline", parallel_dims.pp_enabled),
         ("expert", parallel_dims.ep_enabled),

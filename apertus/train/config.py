@@ -42,6 +42,10 @@ class LongContextStage(Config, key="pretrain.long_context[]"):
     warmup_steps: int
     nnodes: int | None = None
     """Nodes of this stage's job; None: ``pretrain.nnodes`` (the schema gives no default)."""
+    context_parallel: int = 1
+    """Ranks each sequence is split over (RECIPE.md §6, 8B: 1/1/2/4)."""
+    activation_checkpoint: str | None = None
+    """none | full | selective; None: ``pretrain.activation_checkpoint``."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     nnodes: int
     phases: tuple[str, ...]
     long_context: tuple[LongContextStage, ...]
+    activation_checkpoint: str = "none"
+    """Activation checkpointing of the phases' blocks (none | full | selective)."""
     goldfish_control: str | None = None
     """A phase trained a second time without Goldfish (`apertus.train.plan`); None: none."""
     restart: PretrainRestart | None = None

@@ -157,6 +157,8 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
             spmd_backend="partial_dtensor",
             tensor_parallel_degree=spec.tensor_parallel,
             enable_sequence_parallel=False,
+            # apertus.model.context_parallel: the trainer shards the sequences itself.
+            context_parallel_degree=spec.context_parallel,
         ),
         checkpoint=FiniteCheckpointManager.Config(
             enable=True,

@@ -28,7 +28,13 @@ from typing import Literal
 from apertus.core import ApertusError
 from apertus.train.config import PretrainConfig
 
-__all__ = ["CONTROL_SUFFIX", "PlannedStage", "planned_stage", "pretrain_stages"]
+__all__ = [
+    "CONTROL_SUFFIX",
+    "PlannedStage",
+    "launch_layout",
+    "planned_stage",
+    "pretrain_stages",
+]
 
 CONTROL_SUFFIX = "-no-goldfish"
 
@@ -46,6 +52,20 @@ class PlannedStage:
     schedule carried on), "weights" (a long-context stage: the weights only) or "fresh"."""
     nnodes: int
     """Nodes of its job: ``pretrain.nnodes``, or a long-context stage's own ``nnodes``."""
+    context_parallel: int = 1
+    """Ranks each sequence is split over (a long-context stage's ``context_parallel``)."""
+
+
+def launch_layout(cfg: PretrainConfig, stage: PlannedStage) -> str:
+    """How the stage's torchrun ranks divide (`apertus explain --sbatch`): nodes x processes,
+    then context x tensor x data parallel (what the run's preflight checks again)."""
+    ranks = stage.nnodes * cfg.nproc
+    split = cfg.tensor_parallel * stage.context_parallel
+    data = f"data_parallel {ranks // split}" if ranks % split == 0 else "does not divide"
+    return (
+        f"torchrun {stage.nnodes} node(s) x {cfg.nproc} = {ranks} rank(s): context_parallel "
+        f"{stage.context_parallel} x tensor_parallel {cfg.tensor_parallel} x {data}"
+    )
 
 
 def pretrain_stages(cfg: PretrainConfig) -> list[PlannedStage]:
@@ -80,7 +100,11 @@ def pretrain_stages(cfg: PretrainConfig) -> list[PlannedStage]:
             )
     for stage in cfg.long_context:
         nnodes = cfg.nnodes if stage.nnodes is None else stage.nnodes
-        line.append(PlannedStage(stage.name, "long_context", line[-1].name, "weights", nnodes))
+        line.append(
+            PlannedStage(
+                stage.name, "long_context", line[-1].name, "weights", nnodes, stage.context_parallel
+            )
+        )
         stages.append(line[-1])
     return stages
 

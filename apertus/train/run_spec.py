@@ -28,8 +28,9 @@ its output folder, a record, holds them relative to that folder instead: `RunSpe
       "tensorboard": false,
       "wandb": {"enabled": false, "project": "apertus", "entity": null, "mode": "offline"},
       "seed": 0, "dtype": "float32", "compile": false, "device": "auto",
-      "activation_checkpoint": "none",
-      "tensor_parallel": 1                    # TP degree; world_size / it ranks do FSDP
+      "activation_checkpoint": "none",        # none | full | selective
+      "tensor_parallel": 1,                   # TP degree; world_size / it ranks do FSDP
+      "context_parallel": 1                   # CP degree: each sequence split over it ranks
     }
 
 Only `flavor`, `phase_dir` (or `sft_data`), `seq_len`, `micro_batch`, `global_batch`, `steps`,
@@ -50,8 +51,10 @@ included, with this spec's LR (``restart``: a diverged run taken up again from o
 checkpoints with a lower LR, `pretrain.restart` in the config); it is ignored once the run's own
 folder holds a checkpoint, so a restarted stage resumes from its own last step. `tensor_parallel`
 splits every block over that many ranks (`apertus.model.parallelize.apply_tensor_parallel`; heads,
-kv heads, MLP hidden units and vocabulary must divide by it); the world_size / tensor_parallel
-data-parallel ranks share out the global batch. Checkpoints hold whole tensors, so a run can resume
+kv heads, MLP hidden units and vocabulary must divide by it); `context_parallel`
+splits every sequence over that many ranks (`apertus.model.context_parallel`; seq_len must divide
+by twice it); the world_size / (tensor_parallel x context_parallel) data-parallel ranks share out
+the global batch. Checkpoints hold whole tensors, so a run can resume
 with another layout. `wandb` logs the metrics to Weights & Biases as well (`WandbSpec`; off by
 default, offline when on).
 
@@ -396,6 +399,10 @@ class RunSpec(TrainingSettings):
     model_overrides: dict[str, Any] = field(default_factory=dict)
     tensorboard: bool = False
     activation_checkpoint: str = "none"
+    context_parallel: int = 1
+    """Context-parallel degree (`apertus.model.context_parallel`): each sequence is split over
+    this many ranks, which train on the same sequences; world_size / (tensor_parallel x it)
+    data-parallel ranks share out the batch."""
     batch_ramp: BatchRampSpec | None = None
 
     def __post_init__(self) -> None:
@@ -450,6 +457,15 @@ class RunSpec(TrainingSettings):
             self.activation_checkpoint in ("none", "full", "selective"),
             "activation_checkpoint must be 'none', 'full' or 'selective'",
         )
+        _check(
+            is_integer(self.context_parallel) and self.context_parallel >= 1,
+            f"context_parallel must be an integer >= 1, got {self.context_parallel!r}",
+        )
+        if self.context_parallel > 1:
+            from apertus.model.context_parallel import context_parallel_problems
+
+            for problem in context_parallel_problems(self.seq_len, self.context_parallel):
+                _check(False, problem)
 
     def _check_schedule(self) -> None:
         lr = self.lr
@@ -755,23 +771,27 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
         assert spec.phase_dir is not None
         phase_dir = Path(spec.phase_dir).absolute()
         record = read_phase_record(phase_dir)
-    tp = spec.tensor_parallel
-    if world_size % tp:
-        raise ApertusError(
-            f"tensor_parallel {tp} does not divide the {world_size} rank(s) of the run"
-        )
+    tp, cp = spec.tensor_parallel, spec.context_parallel
+    if world_size % (tp * cp):
+        split = f"tensor_parallel {tp}" + (f" x context_parallel {cp}" if cp > 1 else "")
+        raise ApertusError(f"{split} does not divide the {world_size} rank(s) of the run")
     if tp > 1:
         check_tensor_parallel_shape(spec, tp)
-    data_parallel = world_size // tp
+    data_parallel = world_size // (tp * cp)
     per_step = spec.micro_batch * data_parallel
     ramp = spec.ramp()
     for batch in sorted({ramp.start_batch, ramp.batch}):
         if batch % per_step:
             ranks = f"{data_parallel} rank(s)"
-            if tp > 1:
+            if tp * cp > 1:
                 ranks = (
                     f"{data_parallel} data-parallel rank(s) ({world_size} ranks / "
-                    f"tensor_parallel {tp})"
+                    + " x ".join(
+                        f"{name} {degree}"
+                        for name, degree in (("tensor_parallel", tp), ("context_parallel", cp))
+                        if degree > 1
+                    )
+                    + ")"
                 )
             raise ApertusError(
                 f"global batch {batch} is not divisible by micro_batch {spec.micro_batch} x {ranks}"

@@ -185,6 +185,7 @@ def run_spec(
         return RunSpec(
             **shared,
             tensorboard=True,
+            activation_checkpoint=cfg.activation_checkpoint,
             phase_dir=str(phases_root / name),
             model_overrides={
                 "rope_theta": cfg.rope_theta,
@@ -204,6 +205,8 @@ def run_spec(
     return RunSpec(
         **{**shared, "micro_batch": math.gcd(cfg.micro_batch, long.global_batch)},
         tensorboard=True,
+        activation_checkpoint=long.activation_checkpoint or cfg.activation_checkpoint,
+        context_parallel=long.context_parallel,
         phase_dir=str(phases_root / long.phase),
         model_overrides={
             "rope_theta": long.rope_theta,

@@ -88,6 +88,30 @@ class ApertusTrainer(Trainer):
                 )
         return False
 
+    def post_dataloading_process(
+        self, input_dict: dict[str, torch.Tensor], labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Under context parallelism (`apertus.model.context_parallel`): the mask rows of this
+        rank's tokens, made from the whole sequences' positions, then this rank's tokens,
+        labels and positions. The loader hands every rank of a CP group the same sequences;
+        their labels were masked (EOD, Goldfish) on the whole sequence, so a Goldfish window
+        crossing a chunk boundary drops the same token as without CP."""
+        if not self.parallel_dims.cp_enabled:
+            return super().post_dataloading_process(input_dict, labels)
+        inputs = input_dict["input"]
+        positions = input_dict.get("positions")
+        if positions is None:
+            positions = torch.arange(inputs.shape[1], device=inputs.device).expand_as(inputs)
+        model = self.model_parts[0]
+        group = model.layers["0"].attention.context
+        layout = group.layout(inputs.shape[1], inputs.device)
+        extra = {key: value for key, value in input_dict.items() if key != "input"}
+        extra["attention_mask"] = model.attention_mask(positions, inputs, queries=layout)
+        extra["positions"] = group.shard(positions, layout)
+        labels = group.shard(labels, layout)
+        self.ntokens_seen += labels.numel()
+        return group.shard(inputs, layout), labels, extra
+
     def train_step(self, data_iterator: Any) -> None:
         # torchtitan counts steps from 1; the ramp indexes updates from 0.
         batch = self.ramp.batch_at(self.step - 1)
