@@ -102,9 +102,7 @@ def test_flex_attention_of_a_ranks_queries_matches_sdpa_of_the_same_rows():
     torch.manual_seed(0)
     positions = _positions()
     q_all, k, v = (torch.randn(3, 2, 16, 8) for _ in range(3))
-    expected = F.scaled_dot_product_attention(
-        q_all, k, v, attn_mask=block_causal_mask(positions)
-    )
+    expected = F.scaled_dot_product_attention(q_all, k, v, attn_mask=block_causal_mask(positions))
     for rank in range(2):
         queries = sequence_layout(16, 2, rank)
         q = q_all[:, :, queries]
