@@ -82,6 +82,8 @@ class Source(Config, key="data.sources[]"):
     language_field: str | None
     language: str | None
     language_from_path: str | None
+    conversation_field: str | None
+    quality_filter: bool
     limit: int
     shards: int
 
@@ -110,8 +112,8 @@ class Source(Config, key="data.sources[]"):
 
     def text_template_problem(self) -> str | None:
         """Why `text_template` cannot be used (None when it is unset or usable): it must parse
-        and name a field; `text_field` is then left at its default, and the warc reader (whose
-        text is each page's main text) takes none."""
+        and name a field; `text_field` is then left at its default, `conversation_field`
+        unset, and the warc and paradocs readers (which make their own text) take none."""
         if self.text_template is None:
             return None
         try:
@@ -123,9 +125,32 @@ class Source(Config, key="data.sources[]"):
                 f"text_field is {self.text_field!r} too; set one of them (the template names "
                 f"the field itself: '{{{self.text_field}}}')"
             )
-        if self.reader == "warc":
-            return "the warc reader's text is each page's main text; it takes no template"
+        if self.reader in ("warc", "paradocs"):
+            return f"the {self.reader} reader makes its own text; it takes no template"
+        if self.conversation_field is not None:
+            return f"conversation_field is {self.conversation_field!r} too; set one of them"
         return None
+
+    def conversation_field_problem(self) -> str | None:
+        """Why `conversation_field` cannot be used (None when it is unset or usable): the
+        conversation is the text, so `text_field` stays at its default, and the warc and
+        paradocs readers, which make their own text, take none."""
+        if self.conversation_field is None:
+            return None
+        if self.text_field != "text":
+            return f"text_field is {self.text_field!r} too; set one of them"
+        if self.reader in ("warc", "paradocs"):
+            return f"the {self.reader} reader makes its own text; it reads no conversation"
+        return None
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(key, why it cannot be used) for each of this source's keys that cannot work."""
+        found = [
+            ("language_from_path", self.language_from_path_problem()),
+            ("text_template", self.text_template_problem()),
+            ("conversation_field", self.conversation_field_problem()),
+        ]
+        return [(key, problem) for key, problem in found if problem]
 
 
 @dataclass(frozen=True)
@@ -286,11 +311,7 @@ class DataConfig(Config, key="data"):
         problems = [
             f"key 'data.sources[{i}].{key}' is {getattr(source, key)!r}: {problem}"
             for i, source in enumerate(self.sources)
-            for key, problem in (
-                ("language_from_path", source.language_from_path_problem()),
-                ("text_template", source.text_template_problem()),
-            )
-            if problem
+            for key, problem in source.problems()
         ]
         if problems:
             raise ConfigError("; ".join(problems))

@@ -194,7 +194,8 @@ def filter_steps(
         ]
     for task in ("quality", "toxicity"):
         spec = getattr(cfg, task)
-        if spec.enabled:
+        # A source that is already a quality selection is not scored (so not cut) again.
+        if spec.enabled and (task != "quality" or source.quality_filter):
             steps.append(
                 ClassifierScorer(
                     task,

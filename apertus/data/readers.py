@@ -1,4 +1,4 @@
-"""Readers for the configured sources: JSONL, Parquet, WARC and Hugging Face datasets.
+"""Readers for the configured sources: JSONL, Parquet, WARC, ParaDocs and Hugging Face datasets.
 
 Every reader maps the source's fields onto the document contract of `apertus.data` (text, id,
 and metadata `source`, `kind`, `url`, `language_hint`). Bad input never crashes the stage and
@@ -10,7 +10,12 @@ each reason logged with file and line (file and row for Parquet).
 A document's text is the record's `text_field`, or, for sources whose records split it over
 several fields (Flan's `inputs` and `targets`, Wikipedia's `title` and `text`, EuroParl's
 `translation` pairs), the source's `text_template` filled from the record; a record without a
-field the template names is skipped and counted (`skipped_missing_field`).
+field the template names is skipped and counted (`skipped_missing_field`). For chat data
+(EuroBlocks' `conversations`), the text is the source's `conversation_field` written out turn by
+turn (`conversation_text`).
+
+ParaDocs (`ParaDocsReader`) keeps one sentence pair per line; consecutive lines of one document
+become one document, its English side and then the other, as EuroParl's pairs are written.
 
 The language hint is, first found first, what `language_from_path` captures in the file's path
 (one source over many language folders, such as all of FineWeb-2), the record's
@@ -92,6 +97,8 @@ class SourceMapping:
         reason counted as `skipped_<reason>` and the field it concerns."""
         if not isinstance(data, dict):
             return None, "not_an_object", ""
+        if self.source.conversation_field is not None:
+            return conversation_text(data, self.source.conversation_field)
         template = self.source.text_template
         if template is None:
             field = self.source.text_field
@@ -161,16 +168,57 @@ def _field_name(keys: tuple[str | int, ...]) -> str:
     return "{" + str(keys[0]) + "".join(f"[{key}]" for key in keys[1:]) + "}"
 
 
+# How a conversation turn names its speaker, in the two record shapes chat data comes in:
+# {role, content} (OpenAI-style messages) and ShareGPT's {from, value} (EuroBlocks, The Tome).
+_TURN_KEYS = (("role", "content"), ("from", "value"))
+_ROLE_NAMES = {
+    "system": "System",
+    "user": "User",
+    "human": "User",
+    "assistant": "Assistant",
+    "gpt": "Assistant",
+}
+
+
+def conversation_text(data: dict, field: str) -> tuple[str | None, str, str]:
+    """A record's conversation (the list of turns in `field`) as one document text, or None
+    with the skip reason and its detail, as `SourceMapping.record_text` returns them.
+
+    Each turn is written `<Role>: <content>` (roles as `_ROLE_NAMES` names them, others
+    capitalized: `Tool`), the turns separated by a blank line, so a conversation reads as
+    the dialogue it is, whatever chat template post-training uses later.
+    """
+    turns = data.get(field)
+    if turns is None:
+        return None, "missing_field", f"field {field!r}"
+    if not isinstance(turns, list) or not turns:
+        return None, "conversation_not_list", f"field {field!r}: {type(turns).__name__}"
+    parts, contents = [], []
+    for i, turn in enumerate(turns):
+        pair = next(
+            (
+                (turn[role], turn[content])
+                for role, content in _TURN_KEYS
+                if isinstance(turn, dict) and role in turn and content in turn
+            ),
+            None,
+        )
+        if pair is None or not all(isinstance(value, str) for value in pair) or not pair[0]:
+            return None, "malformed_turn", f"field {field!r}, turn {i}: {turn!r:.80}"
+        role, content = pair
+        parts.append(f"{_ROLE_NAMES.get(role.lower(), role.capitalize())}: {content}")
+        contents.append(content)
+    if not any(content.strip() for content in contents):
+        return None, "blank_text", f"field {field!r}"
+    return "\n\n".join(parts), "", ""
+
+
 def _refuse_bad_source(source: Source) -> None:
     """The source problems the config check names, for a reader built without it."""
-    for key, problem in (
-        ("language_from_path", source.language_from_path_problem()),
-        ("text_template", source.text_template_problem()),
-    ):
-        if problem:
-            raise ApertusError(
-                f"data source {source.name!r}: {key} {getattr(source, key)!r}: {problem}"
-            )
+    for key, problem in source.problems():
+        raise ApertusError(
+            f"data source {source.name!r}: {key} {getattr(source, key)!r}: {problem}"
+        )
 
 
 class DiskSource(SourceMapping):
@@ -228,7 +276,48 @@ class _Skips:
             log.warning("skipped (%s) %s%s", reason, where, f": {detail}" if detail else "")
 
 
-class RobustJsonlReader(DiskSource, BaseDiskReader):
+class LineFiles:
+    """Mixin for readers of line-based files (plain, .gz, .bz2, .xz, .zst): `text_lines`."""
+
+    source: Source
+
+    def text_lines(self, filepath: str, skip: _Skips):
+        """(line number from 1, decoded line) of each line with content, read in binary so one
+        bad line costs one line: non-UTF-8 lines are skipped (`bad_utf8`), a byte-order mark
+        is dropped, a truncated or corrupt stream ends the file with what was read
+        (`truncated_file`), a file without content is counted (`empty_file`), and a file whose
+        codec is not installed is not read (`unsupported_compression`, logged as an error)."""
+        compression, refusal = _compression(filepath)
+        if refusal:
+            # Every refused file is logged (a whole file is lost), not only the first few.
+            self.stat_update("skipped_unsupported_compression")
+            log.error("error: source %s: %s not read: %s", self.source.name, filepath, refusal)
+            return
+        lines = 0
+        try:
+            with self.data_folder.open(filepath, "rb", compression=compression) as f:
+                for lineno, raw in enumerate(f, start=1):
+                    # Editors on Windows start a file (and tools that concatenate files, a line)
+                    # with a byte-order mark.
+                    raw = raw.removeprefix(_UTF8_BOM)
+                    if not raw.strip():
+                        continue
+                    lines += 1
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        skip("bad_utf8", f"{filepath}:{lineno}", str(e))
+                        continue
+                    yield lineno, line
+        except _STREAM_ERRORS as e:
+            # A truncated or corrupt compressed file: keep what was read, count the file.
+            skip("truncated_file", filepath, f"after {lines} lines: {e}")
+            return
+        if lines == 0:  # no line with content (blank lines only, or no bytes)
+            skip("empty_file", filepath)
+
+
+class RobustJsonlReader(DiskSource, LineFiles, BaseDiskReader):
     """JSONL (plain, .gz, .zst) read line by line in binary, so one bad line costs one document.
 
     datatrove's JsonlReader stops a whole file at the first non-UTF-8 byte and crashes on a
@@ -242,47 +331,100 @@ class RobustJsonlReader(DiskSource, BaseDiskReader):
         import orjson
 
         skip = _Skips(self)
-        compression, refusal = _compression(filepath)
-        if refusal:
-            # Every refused file is logged (a whole file is lost), not only the first few.
-            self.stat_update("skipped_unsupported_compression")
-            log.error("error: source %s: %s not read: %s", self.source.name, filepath, refusal)
-            return
-        lines = 0
-        try:
-            with self.data_folder.open(filepath, "rb", compression=compression) as f:
-                for lineno, raw in enumerate(f, start=1):
-                    where = f"{filepath}:{lineno}"
-                    # Editors on Windows start a file (and tools that concatenate files, a line)
-                    # with a byte-order mark, which is not JSON.
-                    raw = raw.removeprefix(_UTF8_BOM)
-                    if not raw.strip():
-                        continue
-                    lines += 1
-                    try:
-                        line = raw.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        skip("bad_utf8", where, str(e))
-                        continue
-                    try:
-                        data = orjson.loads(line)
-                    except orjson.JSONDecodeError as e:
-                        skip("bad_json", where, str(e))
-                        continue
-                    _, problem, detail = self.record_text(data)
-                    if problem:
-                        skip(problem, where, detail)
-                        continue
-                    with self.track_time():
-                        document = self.get_document_from_dict(data, filepath, lineno)
-                    if document:
-                        yield document
-        except _STREAM_ERRORS as e:
-            # A truncated or corrupt compressed file: keep what was read, count the file.
-            skip("truncated_file", filepath, f"after {lines} lines: {e}")
-            return
-        if lines == 0:  # no line with content (blank lines only, or no bytes)
-            skip("empty_file", filepath)
+        for lineno, line in self.text_lines(filepath, skip):
+            where = f"{filepath}:{lineno}"
+            try:
+                data = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                skip("bad_json", where, str(e))
+                continue
+            _, problem, detail = self.record_text(data)
+            if problem:
+                skip(problem, where, detail)
+                continue
+            with self.track_time():
+                document = self.get_document_from_dict(data, filepath, lineno)
+            if document:
+                yield document
+
+
+# ParaDocs' columns, in file order (rewicks/ParaDocs `paradocs/paradocs-hf`, the Hub loader's
+# fields): the English sentence, the other language's, then alignment metadata, the two
+# documents' ids last. Tab-separated, unquoted (csv.QUOTE_NONE), one sentence pair per line.
+PARADOCS_COLUMNS = (
+    "src",
+    "tgt",
+    "sim_score_one",
+    "sim_score_two",
+    "collection",
+    "src_paragraph_id",
+    "tgt_paragraph_id",
+    "src_sentence_id",
+    "tgt_sentence_id",
+    "src_start_id",
+    "src_end_id",
+    "tgt_start_id",
+    "tgt_end_id",
+    "src_lid_prob",
+    "tgt_lid_prob",
+    "duplication_count",
+    "src_docid",
+    "tgt_docid",
+)
+_SRC, _TGT = PARADOCS_COLUMNS.index("src"), PARADOCS_COLUMNS.index("tgt")
+_SRC_DOC, _TGT_DOC = PARADOCS_COLUMNS.index("src_docid"), PARADOCS_COLUMNS.index("tgt_docid")
+
+
+class ParaDocsReader(DiskSource, LineFiles, BaseDiskReader):
+    """ParaDocs (jhu-clsp/paradocs): sentence pairs from ParaCrawl, News Commentary and
+    EuroParl with the ids of the documents they came from, one pair per line of
+    `data/en-<xx>/<subset>/NNN.gz`, in `PARADOCS_COLUMNS` order.
+
+    Consecutive lines with the same (English, other) document ids are one document: its
+    English sentences one per line, a blank line, then the other side's sentences, the same
+    layout as the EuroParl sources' `{en}\\n\\n{other}` (the language hint, the non-English side,
+    comes from `language` or `language_from_path`). Its id is `<source>/<file>/<first line>`.
+    A line without exactly 18 columns is skipped (`malformed_line`), one with an empty
+    sentence on either side too (`blank_sentence`); the document goes on without it. Files are
+    chunks of one stream, so a document can run over the end of one file into the next: each
+    part is read as a document of its own (the files are split between tasks, and a part is
+    never lost or read twice).
+    """
+
+    name = "📑 ParaDocs"
+
+    def read_file(self, filepath: str):
+        skip = _Skips(self)
+        document: tuple[str, str] | None = None
+        first = 0
+        english: list[str] = []
+        other: list[str] = []
+        for lineno, line in self.text_lines(filepath, skip):
+            columns = line.rstrip("\r\n").split("\t")
+            if len(columns) != len(PARADOCS_COLUMNS):
+                detail = f"{len(columns)} tab-separated columns, not {len(PARADOCS_COLUMNS)}"
+                skip("malformed_line", f"{filepath}:{lineno}", detail)
+                continue
+            src, tgt = columns[_SRC].strip(), columns[_TGT].strip()
+            if not src or not tgt:
+                skip("blank_sentence", f"{filepath}:{lineno}", "src" if not src else "tgt")
+                continue
+            ids = (columns[_SRC_DOC], columns[_TGT_DOC])
+            if ids != document:
+                if english:
+                    yield from self._document(english, other, filepath, first)
+                document, first, english, other = ids, lineno, [], []
+            english.append(src)
+            other.append(tgt)
+        if english:
+            yield from self._document(english, other, filepath, first)
+
+    def _document(self, english: list[str], other: list[str], filepath: str, first: int):
+        data = {self.source.text_field: "\n".join(english) + "\n\n" + "\n".join(other)}
+        with self.track_time():
+            document = self.get_document_from_dict(data, filepath, first)
+        if document:
+            yield document
 
 
 def _compression(filepath: str) -> tuple[str | None, str | None]:
@@ -427,7 +569,12 @@ def make_reader(source: Source, *, paths_file: str | None = None, limit: int = -
     """The datatrove reader step for `source` (its path already resolved to a folder or file)."""
     if source.reader == "huggingface":
         return HubDatasetReader(source, limit=limit)
-    readers = {"jsonl": RobustJsonlReader, "parquet": GuardedParquetReader, "warc": WarcHtmlReader}
+    readers = {
+        "jsonl": RobustJsonlReader,
+        "parquet": GuardedParquetReader,
+        "warc": WarcHtmlReader,
+        "paradocs": ParaDocsReader,
+    }
     folder, glob = resolve_folder(source)
     return readers[source.reader](
         folder,

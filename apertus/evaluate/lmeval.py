@@ -26,6 +26,17 @@ split (encode both, cut at the context length) would score the wrong tokens. So
 
 So ``add_bos_token: null`` (the default) means False for rolling tasks and True for the others,
 found from the tasks' ``output_type``; a task or group mixing both needs an explicit value.
+
+The instruct suite (``evaluate.instruct``, :class:`InstructOptions`) is the same run on the chat
+models (SFT, QRPO) with lm-eval's ``apply_chat_template`` (few-shot examples as turns,
+``fewshot_as_multiturn``): every request is rendered by the export's own chat template, which
+starts with ``<s>`` (lm-eval then adds no second one, whatever ``add_bos_token`` says). A chat
+export's ``generation_config.json`` ends generation at ``<|assistant_end|>`` as well as ``</s>``
+(apertus.export); ``transformers``' ``generate``, which lm-eval's ``hf`` model calls without an
+``eos_token_id`` of its own, stops there, and the token is dropped from the decoded answer, so
+a generative task's answer is the assistant's turn, cut further by the task's own ``until``
+strings. A run of the instruct suite on a model whose generation does not end at the
+end-of-turn is refused before the model is loaded.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_text
@@ -55,6 +66,11 @@ LM_EVAL_VERSION = "0.4.13"
 # lm-eval's CLI also turns tokenizer threads off.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 COMMON_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+# What HumanEval and MBPP's `code_eval` metric (Hugging Face `evaluate`) asks for before it
+# executes a model's code, set with confirm_run_unsafe_code.
+UNSAFE_CODE_ENV = {"HF_ALLOW_CODE_EVAL": "1"}
+# The token that ends an assistant turn in the chat template (apertus.tokenize.tokenizer).
+END_OF_TURN = "<|assistant_end|>"
 
 
 @dataclass(frozen=True)
@@ -105,7 +121,8 @@ class SuiteEntry(Config, key="evaluate.suite.tasks[]"):
 
 @dataclass(frozen=True)
 class LmEvalOptions(Config, key="evaluate.suite"):
-    """How a model is run: the ``evaluate.suite`` section.
+    """How a model is run: the ``evaluate.suite`` section (and, as :class:`InstructOptions`,
+    ``evaluate.instruct``: the same keys).
 
     tasks: the suite, a list of :class:`SuiteEntry` (``{task, num_fewshot, limit,
         add_bos_token}``).
@@ -117,7 +134,18 @@ class LmEvalOptions(Config, key="evaluate.suite"):
     seed: lm-eval's python, numpy, torch and few-shot seeds.
     offline: forbid Hub and dataset downloads (built-in tasks need false the first time).
     log_samples: also write every scored request (``lm_eval/samples-<k>/<task>.jsonl``).
+    confirm_run_unsafe_code: let tasks that execute the model's code run (HumanEval, MBPP:
+        lm-eval's ``confirm_run_unsafe_code``, and ``HF_ALLOW_CODE_EVAL=1``).
+    metadata: lm-eval's task metadata (``--metadata``), on top of the model arguments lm-eval
+        passes itself, e.g. RULER's ``{"max_seq_lengths": [4096, 8192]}``.
+
+    chat_template (class attribute): requests go through the model's chat template.
+    off_when_empty (class attribute): an empty task list turns the suite off rather than being
+        a mistake.
     """
+
+    chat_template: ClassVar[bool] = False
+    off_when_empty: ClassVar[bool] = False
 
     tasks: tuple[SuiteEntry, ...]
     batch_size: int | str
@@ -128,49 +156,56 @@ class LmEvalOptions(Config, key="evaluate.suite"):
     seed: int
     offline: bool
     log_samples: bool
+    confirm_run_unsafe_code: bool
+    metadata: dict[str, Any]
 
     def __post_init__(self) -> None:
-        if not self.tasks:
-            raise ApertusError("evaluate.suite.tasks is empty: name at least one task")
+        key = self.config_key
+        if not self.tasks and not self.off_when_empty:
+            raise ApertusError(f"{key}.tasks is empty: name at least one task")
         bs = self.batch_size
         if isinstance(bs, bool) or not (
             (isinstance(bs, int) and bs >= 1)
             or (isinstance(bs, str) and (bs == "auto" or _is_auto_n(bs)))
         ):
-            raise ApertusError(
-                f"evaluate.suite.batch_size must be >= 1, 'auto' or 'auto:N', got {bs!r}"
-            )
+            raise ApertusError(f"{key}.batch_size must be >= 1, 'auto' or 'auto:N', got {bs!r}")
         if self.dtype not in ("float32", "bfloat16", "float16", "auto"):
             raise ApertusError(
-                "evaluate.suite.dtype must be float32, bfloat16, float16 or auto, "
-                f"got {self.dtype!r}"
+                f"{key}.dtype must be float32, bfloat16, float16 or auto, got {self.dtype!r}"
             )
         if not isinstance(self.device, str) or not self.device:
-            raise ApertusError(
-                f"evaluate.suite.device must be a torch device name, got {self.device!r}"
-            )
+            raise ApertusError(f"{key}.device must be a torch device name, got {self.device!r}")
         if not isinstance(self.model_args, dict):
-            raise ApertusError(
-                f"evaluate.suite.model_args must be a mapping, got {self.model_args!r}"
-            )
+            raise ApertusError(f"{key}.model_args must be a mapping, got {self.model_args!r}")
         reserved = {"pretrained", "dtype", "add_bos_token", "device", "batch_size"}
         if clash := reserved & set(self.model_args):
             raise ApertusError(
-                f"evaluate.suite.model_args sets {', '.join(sorted(clash))}: those come from "
-                "the model folder, evaluate.suite.dtype / device / batch_size and each task's "
+                f"{key}.model_args sets {', '.join(sorted(clash))}: those come from "
+                f"the model folder, {key}.dtype / device / batch_size and each task's "
                 "add_bos_token"
             )
-        for key, value in self.model_args.items():
+        for name, value in self.model_args.items():
             if not isinstance(value, str | int | float | bool) or value is None:
                 raise ApertusError(
-                    f"evaluate.suite.model_args.{key} must be a string, number or boolean, "
-                    f"got {value!r}"
+                    f"{key}.model_args.{name} must be a string, number or boolean, got {value!r}"
                 )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ApertusError(f"evaluate.suite.seed must be an integer >= 0, got {self.seed!r}")
-        for name in ("include_defaults", "offline", "log_samples"):
+            raise ApertusError(f"{key}.seed must be an integer >= 0, got {self.seed!r}")
+        for name in ("include_defaults", "offline", "log_samples", "confirm_run_unsafe_code"):
             if not isinstance(getattr(self, name), bool):
-                raise ApertusError(f"evaluate.suite.{name} must be true or false")
+                raise ApertusError(f"{key}.{name} must be true or false")
+        if not isinstance(self.metadata, dict):
+            raise ApertusError(f"{key}.metadata must be a mapping, got {self.metadata!r}")
+
+
+@dataclass(frozen=True)
+class InstructOptions(LmEvalOptions, key="evaluate.instruct"):
+    """The instruct suite (``evaluate.instruct``, RECIPE §8's "Instruct" tasks): the keys of
+    :class:`LmEvalOptions`, run on the chat models through their chat template; no tasks, no
+    run (the workflow plans none)."""
+
+    chat_template: ClassVar[bool] = True
+    off_when_empty: ClassVar[bool] = True
 
 
 def _is_auto_n(text: str) -> bool:
@@ -188,15 +223,22 @@ class Invocation:
     add_bos_token: bool
 
 
-def set_environment(offline: bool) -> dict[str, str]:
+def set_environment(offline: bool, unsafe_code: bool = False) -> dict[str, str]:
     """Set (before `datasets` is imported, which reads it once) and return the environment."""
     env = {**COMMON_ENV, **(OFFLINE_ENV if offline else {})}
+    env.update(UNSAFE_CODE_ENV if unsafe_code else {})
     os.environ.update(env)
     return env
 
 
-def task_manager(tasks_dir: str | os.PathLike | None, include_defaults: bool):
-    """lm-eval's TaskManager over our task directory (and the built-in tasks if asked)."""
+def task_manager(
+    tasks_dir: str | os.PathLike | None,
+    include_defaults: bool,
+    metadata: dict[str, Any] | None = None,
+):
+    """lm-eval's TaskManager over our task directory (and the built-in tasks if asked), with
+    `metadata` given to every task (as lm-eval's CLI gives its model arguments and
+    ``--metadata``: RULER reads its tokenizer and lengths there)."""
     from lm_eval.tasks import TaskManager
 
     include = str(Path(tasks_dir).absolute()) if tasks_dir is not None else None
@@ -204,28 +246,82 @@ def task_manager(tasks_dir: str | os.PathLike | None, include_defaults: bool):
         raise ApertusError(f"task directory {include} does not exist")
     if include is None and not include_defaults:
         raise ApertusError("no tasks: give a task directory or set evaluate.suite.include_defaults")
-    return TaskManager(include_path=include, include_defaults=include_defaults)
+    return TaskManager(
+        include_path=include, include_defaults=include_defaults, metadata=metadata or None
+    )
 
 
 def output_types(manager, task: str) -> set[str]:
     """The output types of the leaf tasks of a task, group or tag (loads the tasks)."""
-    if task not in manager.all_tasks:
-        raise ApertusError(
-            f"lm-eval knows no task, group or tag {task!r}: not in the task directory, and "
-            "lm-eval's built-in tasks are only searched with evaluate.suite.include_defaults: true"
-        )
     loaded = manager.load([task])["tasks"]
     return {t.get_config("output_type") for t in loaded.values()}
 
 
-def plan_invocations(suite: Sequence[SuiteEntry], manager) -> list[Invocation]:
+def unknown_tasks(suite: Sequence[SuiteEntry], manager, where: str = "evaluate.suite") -> list[str]:
+    """One message per entry of `suite` whose name lm-eval does not know, naming the entry by
+    its key path (``evaluate.instruct.tasks[3]``): found from the task index alone, before any
+    task's data is loaded."""
+    import difflib
+
+    known = manager.all_tasks
+    problems = []
+    for i, entry in enumerate(suite):
+        if entry.task in known:
+            continue
+        hint = difflib.get_close_matches(entry.task, known, n=1)
+        problems.append(
+            f"{where}.tasks[{i}] is {entry.task!r}: lm-eval knows no task, group or tag of that "
+            "name" + (f" (did you mean {hint[0]!r}?)" if hint else "") + "; the project's "
+            f"tasks are in the task directory, lm-eval's built-in ones are only searched with "
+            f"{where}.include_defaults: true"
+        )
+    return problems
+
+
+# Packages lm-eval's task code imports that lm-eval itself does not install (its ifeval, math
+# and ruler extras), by task-name prefix; the project's `instruct-eval` extra installs them.
+TASK_PACKAGES = {
+    "ifeval": ("langdetect", "immutabledict"),
+    "minerva_math": ("antlr4", "math_verify"),
+    "ruler": ("wonderwords", "html2text", "bs4"),
+    "niah": ("wonderwords", "html2text", "bs4"),
+}
+INSTRUCT_EXTRA = "pip install -e '.[instruct-eval]'"
+
+
+def missing_packages(suite: Sequence[SuiteEntry], where: str = "evaluate.suite") -> list[str]:
+    """One message per entry whose task code needs a package that is not installed (found
+    before lm-eval imports the task and fails on it)."""
+    import importlib.util
+
+    problems = []
+    for i, entry in enumerate(suite):
+        for prefix, modules in TASK_PACKAGES.items():
+            if not entry.task.startswith(prefix):
+                continue
+            absent = [m for m in modules if importlib.util.find_spec(m) is None]
+            if absent:
+                problems.append(
+                    f"{where}.tasks[{i}] is {entry.task!r}: its lm-eval task code needs "
+                    f"{', '.join(absent)}, not installed; install them with {INSTRUCT_EXTRA}"
+                )
+    return problems
+
+
+def plan_invocations(
+    suite: Sequence[SuiteEntry], manager, where: str = "evaluate.suite"
+) -> list[Invocation]:
     """Group the suite into lm-eval calls: entries with the same few-shot count, limit and BOS
-    setting share a call, in the order they first appear; a task named twice is refused."""
+    setting share a call, in the order they first appear. A task named twice, or unknown to
+    lm-eval, is refused (every unknown name at once, before any task is loaded); `where` is
+    the suite's key path in messages."""
+    if problems := unknown_tasks(suite, manager, where) + missing_packages(suite, where):
+        raise ApertusError("\n".join(problems))
     seen: set[str] = set()
     plan: dict[tuple, list[str]] = {}
-    for entry in suite:
+    for i, entry in enumerate(suite):
         if entry.task in seen:
-            raise ApertusError(f"suite names task {entry.task!r} twice")
+            raise ApertusError(f"{where}.tasks[{i}] names task {entry.task!r} twice")
         seen.add(entry.task)
         bos = entry.add_bos_token
         types = output_types(manager, entry.task)
@@ -288,6 +384,12 @@ def lm_eval_command(
         command += ["--num_fewshot", str(invocation.num_fewshot)]
     if invocation.limit is not None:
         command += ["--limit", str(invocation.limit)]
+    if options.chat_template:
+        command += ["--apply_chat_template", "--fewshot_as_multiturn", "true"]
+    if options.confirm_run_unsafe_code:
+        command += ["--confirm_run_unsafe_code"]
+    if options.metadata:
+        command += ["--metadata", json.dumps(options.metadata)]
     if options.log_samples:
         command += ["--log_samples"]
     return [*command, "--output_path", output_path]
@@ -319,6 +421,32 @@ def command_script(
     return "\n".join(lines) + "\n"
 
 
+def check_chat_model(model_dir: Path) -> None:
+    """Refuse a model folder that is not a chat export: no chat template, or a generation that
+    does not end at the end-of-turn token (an export made without ``--chat``)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        generation = json.loads((model_dir / "generation_config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ApertusError(f"{model_dir}: not a chat export ({e})") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ApertusError(
+            f"{model_dir}: the tokenizer has no chat template; the instruct suite runs chat "
+            "models through it"
+        )
+    end = tokenizer.get_vocab().get(END_OF_TURN)
+    ends = generation.get("eos_token_id")
+    ends = ends if isinstance(ends, list) else [ends]
+    if end is None or end not in ends:
+        raise ApertusError(
+            f"{model_dir}: generation does not end at {END_OF_TURN} (generation_config.json "
+            f"eos_token_id {generation.get('eos_token_id')!r}), so a generative task's answer "
+            "would run past the assistant's turn; export the model with --chat"
+        )
+
+
 def run_suite(
     model_dir: str | os.PathLike,
     tasks_dir: str | os.PathLike | None,
@@ -335,16 +463,23 @@ def run_suite(
     {task: [...]}}`` (samples only in memory, for callers that check them).
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
+    where = options.config_key
     if not (model_dir / "config.json").is_file():
         raise ApertusError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
-    env = set_environment(options.offline)
+    if not options.tasks:
+        raise ApertusError(f"{where}.tasks is empty: nothing to run")
+    if options.chat_template:
+        check_chat_model(model_dir)
+    env = set_environment(options.offline, options.confirm_run_unsafe_code)
 
     import lm_eval
     from lm_eval.api.registry import get_model
     from lm_eval.utils import handle_non_serializable
 
-    manager = task_manager(tasks_dir, options.include_defaults)
-    invocations = plan_invocations(options.tasks, manager)
+    # What lm-eval's CLI gives every task: the model arguments, then --metadata.
+    metadata = {**model_args(model_dir, options, True), **options.metadata}
+    manager = task_manager(tasks_dir, options.include_defaults, metadata)
+    invocations = plan_invocations(options.tasks, manager, where)
     results_dir = out_dir / RESULTS_DIR
     if results_dir.exists():  # results of an earlier run with other invocations must not stay
         shutil.rmtree(results_dir)
@@ -370,6 +505,9 @@ def run_suite(
             device=options.device,
             task_manager=manager,
             log_samples=options.log_samples,
+            apply_chat_template=options.chat_template,
+            fewshot_as_multiturn=options.chat_template,
+            confirm_run_unsafe_code=options.confirm_run_unsafe_code,
             random_seed=seed,
             numpy_random_seed=seed,
             torch_random_seed=seed,
@@ -381,6 +519,16 @@ def run_suite(
         # by its class and cannot know its arguments).
         results["config"]["model"] = "hf"
         results["config"]["model_args"] = args
+        if options.chat_template:  # as the CLI's tracker records a chat run
+            from lm_eval.utils import hash_string
+
+            template = models[key].chat_template(True)
+            results.update(
+                chat_template=template,
+                chat_template_sha=hash_string(template),
+                fewshot_as_multiturn=True,
+                system_instruction=None,
+            )
         samples = results.pop("samples", None) or {}
         atomic_write_text(
             results_dir / f"results-{k}.json",

@@ -4,11 +4,14 @@ python -m apertus.evaluate.stage STEP --config JSON --manifest M --output DIR [i
 
 tasks  --heldout DIR                      lm-eval task directory from the held-out documents
 run    --model DIR [--tasks DIR]          one exported model through the suite (lm-eval 0.4.13)
-table  --results NAME=DIR ... [--memorization NAME=DIR ...]
+instruct --model DIR [--tasks DIR]        one chat model through the instruct suite, with its
+                                          chat template
+table  --results NAME=DIR ... [--memorization NAME=DIR ...] [--instruct NAME=DIR ...]
                                           one table and plot across checkpoints, rows in order
 
 `--config` is the ``evaluate:`` section, or only the part a step reads (the rules pass
-``{"tasks": ...}``, ``{"suite": ...}`` and ``{"table": ...}``, so that changing the table
+``{"tasks": ...}``, ``{"suite": ...}``, ``{"instruct": ...}`` and ``{"table": ...}``, so that
+changing the table
 options re-runs no evaluation); :class:`EvaluateConfig` lists the keys, the schema their
 defaults. Whatever part is given is checked, unknown keys included; missing parts take the
 schema's defaults.
@@ -23,7 +26,7 @@ from typing import Any
 from apertus.core import ApertusError
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config
-from apertus.evaluate.lmeval import LmEvalOptions
+from apertus.evaluate.lmeval import InstructOptions, LmEvalOptions
 from apertus.evaluate.memorization import MemorizationConfig
 from apertus.evaluate.table import PLOT_METRICS
 from apertus.evaluate.tasks import ClozeOptions, PerplexityOptions
@@ -78,12 +81,15 @@ class EvaluateConfig(Config, key="evaluate"):
 
     tasks: the task builder (:class:`TasksConfig`).
     suite: the lm-eval run of each checkpoint (:class:`LmEvalOptions`).
+    instruct: the lm-eval run of each chat model, through its chat template
+        (:class:`InstructOptions`).
     memorization: the memorization measurement (apertus.evaluate.memorization's step).
     table: the table and plot (:class:`TableOptions`).
     """
 
     tasks: TasksConfig
     suite: LmEvalOptions
+    instruct: InstructOptions
     memorization: MemorizationConfig
     table: TableOptions
 
@@ -116,19 +122,27 @@ def tasks(args, cfg: EvaluateConfig) -> None:
 
 
 def run(args, cfg: EvaluateConfig) -> None:
+    _run_suite(args, "run", cfg.suite)
+
+
+def instruct(args, cfg: EvaluateConfig) -> None:
+    _run_suite(args, "instruct", cfg.instruct)
+
+
+def _run_suite(args, step_name: str, options: LmEvalOptions) -> None:
     from apertus.evaluate.lmeval import run_suite
 
     inputs = [args.model] + ([args.tasks] if args.tasks else [])
     with StepRun(
         "evaluate",
-        "run",
+        step_name,
         args.config,
         inputs=inputs,
         outputs=[args.output],
         manifest=args.manifest,
-        seed=cfg.suite.seed,
+        seed=options.seed,
     ) as step:
-        outcome = run_suite(args.model, args.tasks, cfg.suite, args.output)
+        outcome = run_suite(args.model, args.tasks, options, args.output)
         step.summary.update(invocations=outcome["invocations"], scores=_scores(outcome))
 
 
@@ -153,16 +167,19 @@ def table(args, cfg: EvaluateConfig) -> None:
 
     runs = _named_paths(args.results, "--results")
     memorization = dict(_named_paths(args.memorization, "--memorization"))
+    instruct = _named_paths(args.instruct, "--instruct")
     if not runs:
         raise ApertusError("--results: name at least one checkpoint NAME=DIR")
     names = [name for name, _ in runs]
     if stray := sorted(set(memorization) - set(names)):
         raise ApertusError(f"--memorization names {', '.join(stray)}, not among --results")
+    if stray := sorted({name for name, _ in instruct} - set(names)):
+        raise ApertusError(f"--instruct names {', '.join(stray)}, not among --results")
     with StepRun(
         "evaluate",
         "table",
         args.config,
-        inputs=[d for _, d in runs] + list(memorization.values()),
+        inputs=[d for _, d in runs] + list(memorization.values()) + [d for _, d in instruct],
         outputs=[args.output],
         manifest=args.manifest,
     ) as step:
@@ -176,6 +193,7 @@ def table(args, cfg: EvaluateConfig) -> None:
             write_table(
                 scores,
                 args.output,
+                instruct=[(name, read_scores(directory)) for name, directory in instruct],
                 metrics=cfg.table.metrics,
                 plot_metric=cfg.table.plot_metric,
             )
@@ -184,10 +202,14 @@ def table(args, cfg: EvaluateConfig) -> None:
 
 def main(argv=None):
     parser = stage_parser("evaluate", "Steps of the evaluation stage.")
-    parser.add_argument("step", choices=["tasks", "run", "table"])
+    parser.add_argument("step", choices=["tasks", "run", "instruct", "table"])
     parser.add_argument("--heldout", type=Path, help="tasks: the held-out <lang>.jsonl folder")
-    parser.add_argument("--model", type=Path, help="run: an exported Hugging Face model folder")
-    parser.add_argument("--tasks", type=Path, help="run: the task directory of the tasks step")
+    parser.add_argument(
+        "--model", type=Path, help="run, instruct: an exported Hugging Face model folder"
+    )
+    parser.add_argument(
+        "--tasks", type=Path, help="run, instruct: the task directory of the tasks step"
+    )
     parser.add_argument(
         "--results",
         action="extend",
@@ -204,14 +226,22 @@ def main(argv=None):
         metavar="NAME=DIR",
         help="table: a checkpoint's memorization output (memorization.json), optional",
     )
+    parser.add_argument(
+        "--instruct",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME=DIR",
+        help="table: a chat model's instruct-suite output (its own rows), optional",
+    )
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args(argv)
     cfg = EvaluateConfig.from_dict(args.config)
-    needed = {"tasks": ["heldout"], "run": ["model"], "table": []}[args.step]
+    needed = {"tasks": ["heldout"], "run": ["model"], "instruct": ["model"], "table": []}[args.step]
     for name in needed:
         if getattr(args, name) is None:
             raise ApertusError(f"evaluate {args.step} needs --{name}")
-    {"tasks": tasks, "run": run, "table": table}[args.step](args, cfg)
+    {"tasks": tasks, "run": run, "instruct": instruct, "table": table}[args.step](args, cfg)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,13 @@ suffix ``,none`` is dropped and any other filter is kept as ``metric[filter]``.
 Memorization results (``memorization.json`` of apertus.evaluate.memorization) join the table as
 task ``memorization`` with ``rouge_l@N`` and ``exact_match_prefix@N`` per exposure count N.
 
+The instruct suite (the chat models through their chat template, ``evaluate.instruct``) has rows
+of its own, ``<checkpoint> (instruct)``, after the checkpoints' rows: in the CSV its columns
+follow the base suite's (a cell is empty where a row has no such result), and the Markdown
+shows the two suites as two tables under their own headings. A checkpoint's own row is the
+base suite alone whether or not it also has instruct rows, so readers that look a checkpoint up
+by name (the release card) get the same numbers as before.
+
 The plot (matplotlib, Agg backend, PNG) has two panels: per-language perplexity of the held-out
 documents (``bits_per_byte`` by default) and per-language accuracy of the continuation cloze,
 each across checkpoints, with the group mean drawn thick.
@@ -44,6 +51,7 @@ METRIC_ORDER = (
 )
 MEMORIZATION_FILE = "memorization.json"  # apertus.evaluate.memorization.RESULT_FILE
 PLOT_METRICS = ("bits_per_byte", "byte_perplexity", "word_perplexity")
+INSTRUCT_ROW = "{} (instruct)"  # the row of a chat model's instruct-suite results
 
 
 def scores_from_results(results: Mapping[str, Any], where: str = "results") -> Scores:
@@ -254,28 +262,56 @@ def plot_scores(
     return drawn
 
 
+def joined_table(base: ScoreTable, extra: ScoreTable) -> ScoreTable:
+    """`base`'s rows, then `extra`'s, over `base`'s columns and then `extra`'s new ones."""
+    columns = base.columns + [c for c in extra.columns if c not in base.columns]
+    rows = [
+        [dict(zip(table.columns, row, strict=True)).get(c) for c in columns]
+        for table in (base, extra)
+        for row in table.rows
+    ]
+    names = base.checkpoints + extra.checkpoints
+    if len(set(names)) != len(names):
+        raise ApertusError(f"checkpoint names must be unique, got {names}")
+    return ScoreTable(names, columns, rows)
+
+
 def write_table(
     runs: Sequence[tuple[str, Scores]],
     out_dir: str | os.PathLike,
     *,
+    instruct: Sequence[tuple[str, Scores]] = (),
     metrics: Sequence[str] | None = None,
     plot_metric: str = "bits_per_byte",
 ) -> dict[str, Any]:
     """Write ``scores.csv``, ``scores.md`` (the columns of `metrics`, or all) and
-    ``scores.png`` (`plot_metric` of the perplexity tasks, ``acc`` of the cloze) into
-    `out_dir`."""
+    ``scores.png`` (`plot_metric` of the perplexity tasks, ``acc`` of the cloze, the base
+    suite's rows) into `out_dir`. `instruct`: (checkpoint, scores) of the instruct suite, rows
+    ``<checkpoint> (instruct)`` of their own."""
     if plot_metric not in PLOT_METRICS:
         raise ApertusError(f"plot metric must be one of {', '.join(PLOT_METRICS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table = score_table(runs, metrics)
-    atomic_write_text(out_dir / "scores.csv", table_csv(table))
-    atomic_write_text(out_dir / "scores.md", table_markdown(table))
+    markdown = table_markdown(table)
+    everything = table
+    if instruct:
+        chat = score_table([(INSTRUCT_ROW.format(name), s) for name, s in instruct], metrics)
+        everything = joined_table(table, chat)
+        markdown = (
+            "## Base suite\n\n"
+            + markdown
+            + "\n## Instruct suite (chat models, through their chat template)\n\n"
+            + table_markdown(chat)
+        )
+    atomic_write_text(out_dir / "scores.csv", table_csv(everything))
+    atomic_write_text(out_dir / "scores.md", markdown)
     with atomic_path(out_dir / "scores.png") as tmp:
         drawn = plot_scores(score_table(runs), tmp, plot_metric)  # whatever `metrics` kept
     return {
         "checkpoints": table.checkpoints,
-        "columns": [f"{t}/{m}" for t, m in table.columns],
+        "instruct_rows": everything.checkpoints[len(table.checkpoints) :],
+        "columns": [f"{t}/{m}" for t, m in everything.columns],
         "plotted": {metric: sorted(lines) for metric, lines in drawn.items()},
         "files": ["scores.csv", "scores.md", "scores.png"],
     }

@@ -17,6 +17,11 @@ Formats (JSON Lines, one object per line)::
                    "messages": [... the conversation without its final assistant turn ...],
                    "reference": str}                             # that turn's content
 
+Both may carry ``"category": str`` (absent or null means ``"standard"``): QRPO scores a prompt
+with its category's reward (``posttrain.qrpo_data.rewards_by_category``, RECIPE.md §7:
+``controversial`` prompts by an LLM judge with the Swiss AI Charter). A conversation's category
+passes to its prompt. The built-in set has none: all its prompts are standard.
+
 Conversations are made from templates with seeded variation (`make_instruction_set`): some
 start with a system message, some have two user/assistant exchanges. The three splits are
 disjoint by prompt (the messages before the final answer): ``train`` conversations for SFT,
@@ -502,32 +507,56 @@ def _check_header(item: Any, keys: set[str], where: str) -> None:
             raise ApertusError(f"{where}: {key} must be a non-empty string")
 
 
+def _category(item: dict[str, Any], where: str) -> dict[str, str]:
+    """``{"category": ...}`` when the item names one (a non-empty string), else nothing (an
+    absent or null category: a Hub table's missing value is the standard category)."""
+    if item.get("category") is None:
+        return {}
+    category = item["category"]
+    if not isinstance(category, str) or not category:
+        raise ApertusError(
+            f"{where}: {item['id']!r}: category must be a non-empty string, got {category!r}"
+        )
+    return {"category": category}
+
+
 def check_conversation(item: Any, where: str) -> dict[str, Any]:
     """An SFT conversation checked (see the module doc): its id, language and messages, which
-    end with an assistant turn. Returns ``{"id", "language", "messages"}`` (other keys of the
-    item are left out) or raises an ApertusError starting with `where`."""
+    end with an assistant turn, and its optional category. Returns ``{"id", "language",
+    "messages"}`` and ``"category"`` when given (other keys of the item are left out) or raises
+    an ApertusError starting with `where`."""
     _check_header(item, {"id", "language", "messages"}, where)
     _check_messages(item["messages"], where)
     if item["messages"][-1]["role"] != "assistant":
         raise ApertusError(f"{where}: the last message must be an assistant turn (the completion)")
-    return {"id": item["id"], "language": item["language"], "messages": item["messages"]}
+    return {
+        "id": item["id"],
+        "language": item["language"],
+        "messages": item["messages"],
+        **_category(item, where),
+    }
 
 
 def check_prompt(item: Any, where: str) -> dict[str, Any]:
-    """A QRPO / held-out prompt checked: messages ending with a user turn and a string
-    reference. Returns ``{"id", "language", "messages", "reference"}``."""
+    """A QRPO / held-out prompt checked: messages ending with a user turn, a string reference
+    and an optional category. Returns ``{"id", "language", "messages", "reference"}`` and
+    ``"category"`` when given."""
     _check_header(item, {"id", "language", "messages", "reference"}, where)
     _check_messages(item["messages"], where)
     if item["messages"][-1]["role"] != "user":
         raise ApertusError(f"{where}: the last message of a prompt must be a user turn")
     if not isinstance(item["reference"], str):
         raise ApertusError(f"{where}: reference must be a string")
-    return {key: item[key] for key in ("id", "language", "messages", "reference")}
+    return {
+        **{key: item[key] for key in ("id", "language", "messages", "reference")},
+        **_category(item, where),
+    }
 
 
 def to_prompt(conversation: dict[str, Any]) -> dict[str, Any]:
     """The prompt of a conversation: its messages before the final assistant turn, whose
-    content becomes the reference. The conversation must end ``user, assistant``."""
+    content becomes the reference, and its category if it has one. The conversation must end
+    ``user, assistant``."""
     messages = conversation["messages"]
     if len(messages) < 2 or messages[-1]["role"] != "assistant" or messages[-2]["role"] != "user":
         raise ApertusError(
@@ -539,6 +568,7 @@ def to_prompt(conversation: dict[str, Any]) -> dict[str, Any]:
         "language": conversation["language"],
         "messages": [dict(m) for m in messages[:-1]],
         "reference": messages[-1]["content"],
+        **({"category": conversation["category"]} if "category" in conversation else {}),
     }
 
 

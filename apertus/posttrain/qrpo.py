@@ -157,8 +157,11 @@ def _logits(
     if isinstance(model, ApertusModel):
         return model(input_ids, positions)
     # A transformers causal LM: keywords, since its second positional argument is the
-    # attention mask; right padding needs no mask under causal attention.
-    out = model(input_ids=input_ids, position_ids=positions)
+    # attention mask; right padding needs no mask under causal attention. Without a cache,
+    # transformers makes packed rows block-causal from position_ids (a new document wherever
+    # the position does not grow by one); with one (its default) they would attend across
+    # documents (apertus/export/verify.py).
+    out = model(input_ids=input_ids, position_ids=positions, use_cache=False)
     return out.logits if hasattr(out, "logits") else out
 
 

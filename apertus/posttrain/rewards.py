@@ -22,22 +22,30 @@ Every reward has ``score(exchanges) -> list[float]``; :func:`build_reward` makes
 config. ``apertus.posttrain.sampling.mean_reward`` answers held-out prompts with a model and
 averages a reward, to compare the SFT model with the aligned one.
 
+The recipe scores standard prompts with a reward model and controversial ones with a judge and
+the Swiss AI Charter: :class:`RewardsByCategory` scores each completion with the reward of its
+prompt's ``category`` (config ``rewards_by_category``; ``reward`` for every other category),
+loading a model only when some prompt needs it.
+
 The helpers that load Hugging Face folders (:func:`check_hf_folder`, :func:`load_hf_tokenizer`)
 live here because both the rewards and the sampler (``apertus.posttrain.sampling``) use them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from apertus.core import ApertusError
+from apertus.core.config import shipped_path
 from apertus.core.device import resolve_device
 from apertus.core.progress import Progress
 from apertus.core.typed import Config, is_integer
@@ -46,6 +54,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 REWARD_KINDS = ("chrf", "reward_model", "judge")
+STANDARD = "standard"  # the category of a prompt that names none
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -59,8 +68,8 @@ DEFAULT_RUBRIC = (
     "with clearly harmful requests, treats contested questions even-handedly and presents the "
     "main perspectives. It is clear and concise."
 )
-"""The judge's rubric when the config gives none. Real runs pass the Swiss AI Charter (RECIPE.md
-§7) with ``rubric_file``."""
+"""The judge's rubric when the config gives none. The presets pass the Swiss AI Charter (RECIPE.md
+§7) with ``rubric_file: config/charter/swiss-ai-charter.md``, our paraphrase of it."""
 
 JUDGE_TEMPLATE = (
     "{rubric}\n\n"
@@ -88,15 +97,20 @@ def check_positive_int(where: str, value: Any) -> int:
 
 @dataclass(frozen=True)
 class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
-    """``reward:`` of the QRPO data config.
+    """``reward:`` of the QRPO data config, and each value of its ``rewards_by_category``.
 
     kind         chrf | reward_model | judge (default chrf)
     model        the reward model's or judge's Hugging Face folder (reward_model, judge)
     rubric       the judge's rubric text (default :data:`DEFAULT_RUBRIC`)
-    rubric_file  a file holding the rubric (e.g. the Swiss AI Charter), instead of ``rubric``
+    rubric_file  a file holding the rubric (e.g. the Swiss AI Charter), instead of ``rubric``;
+                 relative to the working directory, else to the checkout (``shipped_path``)
     char_order, word_order, beta   chrF's parameters (sacrebleu's defaults 6, 0, 2)
     dtype        float32 | bfloat16, the model's dtype (reward_model, judge)
     device       auto | cpu | cuda (auto: cuda when available)
+
+    One class serves several keys, so it is checked by :meth:`check` with the key it sits at
+    (``SamplingConfig`` checks its own; :func:`build_reward` one given alone) rather than in
+    ``__post_init__``, whose errors could only name ``config_key``.
     """
 
     kind: str
@@ -109,8 +123,10 @@ class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
     dtype: str
     device: str
 
-    def __post_init__(self) -> None:
-        where = self.config_key
+    def check(self, where: str | None = None) -> None:
+        """Refuse a bad combination of keys, naming them under `where` (the key path this
+        reward sits at; default ``posttrain.qrpo_data.reward``)."""
+        where = where or self.config_key
         check_choice(f"{where}.kind", self.kind, REWARD_KINDS)
         check_choice(f"{where}.dtype", self.dtype, tuple(DTYPES))
         check_choice(f"{where}.device", self.device, DEVICES)
@@ -134,13 +150,14 @@ class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
 
 @dataclass(frozen=True)
 class Exchange:
-    """One prompt (messages without the final assistant turn), one completion text and the
-    prompt's reference answer."""
+    """One prompt (messages without the final assistant turn), one completion text, the
+    prompt's reference answer and its category (whose reward scores it)."""
 
     prompt_id: str
     messages: tuple[Mapping[str, str], ...]
     completion: str
     reference: str = ""
+    category: str = STANDARD
 
     def conversation(self) -> list[dict[str, str]]:
         """The messages with the completion as the final assistant turn."""
@@ -386,47 +403,179 @@ class JudgeReward:
 # --- construction and reporting --------------------------------------------------------------
 
 
-def build_reward(config: RewardConfig | Mapping[str, Any] | None) -> Reward:
-    """The reward the config names (``reward:``; default chrF)."""
+def load_rubric(cfg: RewardConfig, where: str) -> str:
+    """The judge's rubric: ``rubric``, the text of ``rubric_file`` or :data:`DEFAULT_RUBRIC`."""
+    rubric = cfg.rubric if cfg.rubric is not None else DEFAULT_RUBRIC
+    if cfg.rubric_file is not None:
+        path = shipped_path(cfg.rubric_file)
+        if not path.is_file():
+            raise ApertusError(f"{where}.rubric_file {path} does not exist")
+        rubric = path.read_text(encoding="utf-8").strip()
+    if not rubric.strip():
+        raise ApertusError(f"{where}: the judge's rubric is empty")
+    return rubric
+
+
+def build_reward(
+    config: RewardConfig | Mapping[str, Any] | None, *, where: str | None = None
+) -> Reward:
+    """The reward the config names (``reward:``; default chrF); `where` is its key path in
+    error messages (default ``posttrain.qrpo_data.reward``)."""
     cfg = config if isinstance(config, RewardConfig) else RewardConfig.from_dict(config)
+    where = where or cfg.config_key
+    cfg.check(where)
     if cfg.kind == "chrf":
         return ChrfReward(cfg.char_order, cfg.word_order, cfg.beta)
     if cfg.kind == "reward_model":
         return RewardModelReward(cfg.model, dtype=cfg.dtype, device=cfg.device)
-    rubric = cfg.rubric if cfg.rubric is not None else DEFAULT_RUBRIC
-    if cfg.rubric_file is not None:
-        path = Path(cfg.rubric_file)
-        if not path.is_file():
-            raise ApertusError(f"reward.rubric_file {path} does not exist")
-        rubric = path.read_text(encoding="utf-8").strip()
-    if not rubric.strip():
-        raise ApertusError("reward: the judge's rubric is empty")
+    rubric = load_rubric(cfg, where)
     return JudgeReward(cfg.model, rubric=rubric, dtype=cfg.dtype, device=cfg.device)
+
+
+def rubric_files(
+    reward: RewardConfig, routes: Mapping[str, RewardConfig] | None = None
+) -> list[Path]:
+    """The rubric files the rewards read (as a step finds them: :func:`shipped_path`), each
+    once, for a step's inputs (the manifest hashes them)."""
+    files = [reward.rubric_file, *(cfg.rubric_file for cfg in (routes or {}).values())]
+    return list(dict.fromkeys(shipped_path(f) for f in files if f is not None))
+
+
+def describe_reward(cfg: RewardConfig) -> dict[str, Any]:
+    """A reward's config as recorded, with ``rubric_sha256``, the SHA-256 of its rubric file's
+    bytes (null without one): the file may change while its path in the config does not."""
+    record: dict[str, Any] = asdict(cfg)
+    path = shipped_path(cfg.rubric_file) if cfg.rubric_file is not None else None
+    record["rubric_sha256"] = (
+        hashlib.sha256(path.read_bytes()).hexdigest() if path and path.is_file() else None
+    )
+    return record
+
+
+class RewardsByCategory:
+    """Each completion scored by the reward of its prompt's category (RECIPE.md §7: a reward
+    model for standard prompts, an LLM judge with the Swiss AI Charter for controversial ones).
+
+    `routes` maps a category to its reward (config ``rewards_by_category``); every other
+    category, ``standard`` included, gets `default` (config ``reward``). All samples of a
+    prompt, its reference samples included, share its category, so they are scored by one
+    reward. That is what makes mixing reward scales across categories sound for QRPO: its
+    quantile reward is each completion's empirical CDF among the reference rewards of its own
+    prompt, invariant to any increasing transform of the reward, so a judge's 1-10 ratings and
+    a reward model's logits never meet in one comparison. (A mean over prompts of different
+    categories does mix scales: reports give per-category means beside it.)
+
+    A reward is built when a completion first needs it, so a run without controversial prompts
+    never loads the judge, and at most one is held at a time (building another drops it): a
+    reward model and a judge need not fit in memory together. Rubric files are read when the
+    object is made: a missing one fails before any model is loaded.
+    """
+
+    kind = "by_category"
+
+    def __init__(
+        self,
+        default: RewardConfig | Mapping[str, Any] | None = None,
+        routes: Mapping[str, RewardConfig | Mapping[str, Any]] | None = None,
+        *,
+        where: str = "posttrain.qrpo_data",
+    ) -> None:
+        # Each reward by its key under `where`: "reward", "rewards_by_category.<category>".
+        self.configs: dict[str, RewardConfig] = {}
+        entries = [("reward", default)] + [
+            (f"rewards_by_category.{category}", cfg) for category, cfg in (routes or {}).items()
+        ]
+        for route, cfg in entries:
+            if not isinstance(cfg, RewardConfig):
+                cfg = RewardConfig.from_dict(cfg)
+            cfg.check(f"{where}.{route}")
+            if cfg.kind == "judge":
+                load_rubric(cfg, f"{where}.{route}")
+            self.configs[route] = cfg
+        self.where = where
+        self.loaded: dict[str, Reward] = {}
+        self.built: list[str] = []  # the reward keys built, in order (a reward may be rebuilt)
+
+    def route(self, category: str) -> str:
+        """The key of the reward scoring a prompt of `category`: its own
+        ``rewards_by_category.<category>`` when the config has one, else ``reward``."""
+        own = f"rewards_by_category.{category}"
+        return own if own in self.configs else "reward"
+
+    def reward(self, route: str) -> Reward:
+        if route not in self.loaded:
+            self.loaded.clear()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.loaded[route] = build_reward(self.configs[route], where=f"{self.where}.{route}")
+            self.built.append(route)
+        return self.loaded[route]
+
+    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
+        by_route: dict[str, list[int]] = {}
+        for i, ex in enumerate(exchanges):
+            by_route.setdefault(self.route(ex.category), []).append(i)
+        scores: list[float] = [math.nan] * len(exchanges)
+        for route, indices in by_route.items():
+            for i, value in zip(
+                indices, self.reward(route).score([exchanges[i] for i in indices]), strict=True
+            ):
+                scores[i] = value
+        return scores
+
+    def record(self, categories: Mapping[str, str]) -> dict[str, Any]:
+        """What the rewards were, for a step's record: per category of `categories` (prompt id
+        -> category), its prompt count and the key of the reward that scored it (:meth:`route`);
+        per reward key, its config with its rubric's SHA-256."""
+        counts = Counter(categories.values())
+        return {
+            "categories": {
+                category: {"prompts": n, "reward": self.route(category)}
+                for category, n in sorted(counts.items())
+            },
+            "rewards": {route: describe_reward(cfg) for route, cfg in self.configs.items()},
+        }
 
 
 @dataclass
 class RewardSummary:
-    """Mean reward overall and per language."""
+    """Mean reward overall, per language and per prompt category. Rewards of different
+    categories may be on different scales (:class:`RewardsByCategory`): compare policies per
+    category, or per prompt."""
 
     count: int
     mean: float
     per_language: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_category: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "mean": self.mean, "per_language": self.per_language}
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            "per_language": self.per_language,
+            "per_category": self.per_category,
+        }
 
 
-def summarize_rewards(languages: Sequence[str], rewards: Sequence[float]) -> RewardSummary:
+def _group_means(keys: Sequence[str], rewards: Sequence[float]) -> dict[str, dict[str, float]]:
+    groups: dict[str, list[float]] = {}
+    for key, r in zip(keys, rewards, strict=True):
+        groups.setdefault(key, []).append(r)
+    return {
+        key: {"count": len(rs), "mean": math.fsum(rs) / len(rs)}
+        for key, rs in sorted(groups.items())
+    }
+
+
+def summarize_rewards(
+    languages: Sequence[str], rewards: Sequence[float], categories: Sequence[str] | None = None
+) -> RewardSummary:
     if len(languages) != len(rewards) or not rewards:
         raise ApertusError("no rewards to summarize")
-    by_language: dict[str, list[float]] = {}
-    for lang, r in zip(languages, rewards, strict=True):
-        by_language.setdefault(lang, []).append(r)
+    categories = [STANDARD] * len(rewards) if categories is None else categories
     return RewardSummary(
         count=len(rewards),
         mean=math.fsum(rewards) / len(rewards),
-        per_language={
-            lang: {"count": len(rs), "mean": math.fsum(rs) / len(rs)}
-            for lang, rs in sorted(by_language.items())
-        },
+        per_language=_group_means(languages, rewards),
+        per_category=_group_means(categories, rewards),
     )

@@ -26,8 +26,10 @@ heldout), with our tokenizer and its chat template. ``heldout`` loads one policy
 loads no model, so the SFT policy's held-out answers need not wait for QRPO training. Files:
 
 prompts (JSONL)
-    ``{"id", "language", "messages": [{"role", "content"}, ...], "reference"}``: the messages
-    end before the assistant's turn; ``reference`` is a reference answer (used by the chrF reward).
+    ``{"id", "language", "messages": [{"role", "content"}, ...], "reference"}`` and optionally
+    ``"category"`` (default ``"standard"``): the messages end before the assistant's turn;
+    ``reference`` is a reference answer (used by the chrF reward); the category picks the
+    reward (config ``rewards_by_category``, else ``reward``; :class:`RewardsByCategory`).
 samples.jsonl
     ``{"prompt_id", "sample_index", "language", "prompt_ids", "completion_ids", "text",
     "finish_reason"}``; ``completion_ids`` are the generated ids, ending with the stop token
@@ -39,12 +41,19 @@ completions.jsonl (what QRPO training reads)
     ``completion_mask`` 1 exactly on the completion ids, ``reference_rewards`` the rewards of all
     n samples of the prompt (this one included), ``reference_logp`` = sum over completion tokens
     of log p_ref (float32 forward, float64 sum). ``completion_id`` is ``"<prompt_id>:<index>"``.
+rewards.json of a score step
+    ``count``, ``mean``, ``per_language``, ``per_category`` of the samples' rewards, ``reward``
+    (the default reward's config), ``categories`` (per prompt category: its prompt count and
+    the key of the reward that scored it), ``rewards`` (each configured reward's config with
+    ``rubric_sha256``), ``prompts`` and ``samples``.
 rewards.json of a heldout step (what the report reads)
-    ``{"model", "config", "greedy", "sampled"}``: the policy's folder, the ``qrpo_data`` config
-    it was made with, and :func:`mean_reward` of its greedy answers and of its ``n_samples``
+    ``{"model", "config", "rewards", "greedy", "sampled"}``: the policy's folder, the
+    ``qrpo_data`` config it was made with, the categories and rewards (as in a score step's),
+    and :func:`mean_reward` of its greedy answers and of its ``n_samples``
     samples per prompt at ``temperature`` (the policy's expected reward, what QRPO maximises;
     seeded with ``seed + 1``, apart from the QRPO samples): ``count``, ``mean``,
-    ``per_language``, ``prompts`` (each prompt's reward and first answer) and ``ended_turn``.
+    ``per_language``, ``per_category``, ``prompts`` (each prompt's reward and first answer)
+    and ``ended_turn``.
 reward_report.json, .md (the report)
     each policy's greedy results (with its ``folder``) under ``models`` and its sampled ones
     under ``sampled.models``, each policy against the first (the baseline) under
@@ -91,15 +100,19 @@ from apertus.core.typed import Config
 from apertus.posttrain.rewards import (
     DEVICES,
     DTYPES,
+    STANDARD,
     Exchange,
     Reward,
     RewardConfig,
+    RewardsByCategory,
     build_reward,
     check_choice,
     check_hf_folder,
     check_positive_int,
+    describe_reward,
     load_hf_tokenizer,
     render_chat,
+    rubric_files,
     summarize_rewards,
 )
 from apertus.tokenize.tokenizer import CHAT_ROLES
@@ -128,6 +141,9 @@ class SamplingConfig(Config, key="posttrain.qrpo_data"):
     device          auto | cpu | cuda
     engine          auto | transformers | vllm (auto: vLLM when importable and a GPU is present)
     reward          the reward (:class:`apertus.posttrain.rewards.RewardConfig`, default chrF)
+                    of every prompt whose category has no reward of its own
+    rewards_by_category   category -> its reward (RECIPE.md §7: ``controversial`` -> a judge
+                    with the Swiss AI Charter); empty by default: one reward for every prompt
     """
 
     n_samples: int
@@ -139,9 +155,15 @@ class SamplingConfig(Config, key="posttrain.qrpo_data"):
     device: str
     engine: str
     reward: RewardConfig
+    rewards_by_category: dict[str, RewardConfig]
 
     def __post_init__(self) -> None:
         where = self.config_key
+        self.reward.check(f"{where}.reward")
+        for category, reward in self.rewards_by_category.items():
+            if not category:
+                raise ApertusError(f"{where}.rewards_by_category: a category is a non-empty name")
+            reward.check(f"{where}.rewards_by_category.{category}")
         for name in ("n_samples", "max_new_tokens", "batch_size"):
             check_positive_int(f"{where}.{name}", getattr(self, name))
         if self.seed < 0:
@@ -153,6 +175,10 @@ class SamplingConfig(Config, key="posttrain.qrpo_data"):
         check_choice(f"{where}.device", self.device, DEVICES)
         check_choice(f"{where}.engine", self.engine, ENGINES)
 
+    def rewards(self) -> RewardsByCategory:
+        """The rewards, by prompt category (no model is loaded until a prompt needs it)."""
+        return RewardsByCategory(self.reward, self.rewards_by_category, where=self.config_key)
+
 
 # --- prompts ---------------------------------------------------------------------------------
 
@@ -163,6 +189,7 @@ class QrpoPrompt:
     language: str
     messages: tuple[Mapping[str, str], ...]
     reference: str
+    category: str = STANDARD
 
 
 def _parse_prompt(obj: Any, where: str) -> QrpoPrompt:
@@ -192,11 +219,19 @@ def _parse_prompt(obj: Any, where: str) -> QrpoPrompt:
             )
     if messages[-1]["role"] == "assistant":
         raise ApertusError(f"{where}: the last message is the assistant's; a prompt ends before it")
+    category = obj.get("category")
+    category = STANDARD if category is None else category  # null: a table's missing value
+    if not isinstance(category, str) or not category:
+        raise ApertusError(
+            f"{where}: prompt {obj['id']!r}: 'category' must be a non-empty string (it picks "
+            f"the reward), not {category!r}"
+        )
     return QrpoPrompt(
         id=obj["id"],
         language=obj["language"],
         messages=tuple(dict(m) for m in messages),
         reference=obj["reference"],
+        category=category,
     )
 
 
@@ -513,7 +548,9 @@ def mean_reward(
     ``ended_turn``, the fraction of answers that ended with ``<|assistant_end|>`` (the chat
     format's end of turn, not cut at `max_new_tokens` nor closed with ``</s>``). Greedy by
     default; with ``temperature > 0``, `n` seeded samples per prompt, a prompt's reward being
-    the mean over its samples (the policy's expected reward, what QRPO optimises)."""
+    the mean over its samples (the policy's expected reward, what QRPO optimises). Each answer
+    carries its prompt's category, so a :class:`RewardsByCategory` scores it with that
+    category's reward; means are also given per category (``per_category``)."""
     if not hasattr(reward, "score"):
         reward = build_reward(reward)
     answers = generate_answers(
@@ -528,13 +565,15 @@ def mean_reward(
         device=device,
     )
     exchanges = [
-        Exchange(p.id, p.messages, answers[i * n + j].text, p.reference)
+        Exchange(p.id, p.messages, answers[i * n + j].text, p.reference, p.category)
         for i, p in enumerate(prompts)
         for j in range(n)
     ]
     scores = reward.score(exchanges)
     rewards = [sum(scores[i * n : (i + 1) * n]) / n for i in range(len(prompts))]
-    summary = summarize_rewards([p.language for p in prompts], rewards).as_dict()
+    summary = summarize_rewards(
+        [p.language for p in prompts], rewards, [p.category for p in prompts]
+    ).as_dict()
     summary["prompts"] = {
         p.id: {"reward": r, "answer": answers[i * n].text}
         for i, (p, r) in enumerate(zip(prompts, rewards, strict=True))
@@ -739,7 +778,13 @@ def completion_records(
 def _exchanges(samples: Sequence[Sample], prompts: Sequence[QrpoPrompt]) -> list[Exchange]:
     by_id = {p.id: p for p in prompts}
     return [
-        Exchange(s.prompt_id, by_id[s.prompt_id].messages, s.text, by_id[s.prompt_id].reference)
+        Exchange(
+            s.prompt_id,
+            by_id[s.prompt_id].messages,
+            s.text,
+            by_id[s.prompt_id].reference,
+            by_id[s.prompt_id].category,
+        )
         for s in samples
     ]
 
@@ -798,11 +843,17 @@ def _score(argv: list[str]) -> None:
     cfg = SamplingConfig.from_dict(args.config)
     completions, summary_path = args.output / "completions.jsonl", args.output / "rewards.json"
     samples_path = args.samples / "samples.jsonl"
+    rewards_by_category = cfg.rewards()  # checks rubric files; loads no model yet
     with StepRun(
         STAGE,
         "qrpo_score",
         args.config,
-        inputs=[args.model, samples_path, args.prompts],
+        inputs=[
+            args.model,
+            samples_path,
+            args.prompts,
+            *rubric_files(cfg.reward, cfg.rewards_by_category),
+        ],
         outputs=[completions, summary_path],
         manifest=args.manifest,
         seed=cfg.seed,
@@ -832,9 +883,12 @@ def _score(argv: list[str]) -> None:
                     f"{samples_path}: sample {s.prompt_id}:{s.sample_index} has token ids "
                     f"outside the vocabulary of {folder} ({vocab})"
                 )
-        reward = build_reward(cfg.reward)
-        rewards = reward.score(_exchanges(samples, prompts))
-        del reward
+        # Every sample of a prompt, its reference samples included, is scored by the reward of
+        # the prompt's category: the quantile reward compares like with like.
+        rewards = rewards_by_category.score(_exchanges(samples, prompts))
+        category = {p.id: p.category for p in prompts}
+        reward_record = rewards_by_category.record(category)
+        del rewards_by_category
         logps = reference_logprobs(
             folder, samples, batch_size=cfg.batch_size, dtype=cfg.dtype, device=cfg.device
         )
@@ -843,14 +897,22 @@ def _score(argv: list[str]) -> None:
         with atomic_open(completions) as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
-        summary = summarize_rewards([s.language for s in samples], rewards).as_dict()
-        summary.update(reward=asdict(cfg.reward), prompts=len(prompts), samples=len(samples))
+        summary = summarize_rewards(
+            [s.language for s in samples], rewards, [category[s.prompt_id] for s in samples]
+        ).as_dict()
+        summary.update(
+            reward=describe_reward(cfg.reward),
+            **reward_record,
+            prompts=len(prompts),
+            samples=len(samples),
+        )
         atomic_write_json(summary_path, summary)
         step.summary.update(
             prompts=len(prompts),
             completions=len(records),
             mean_reward=summary["mean"],
             mean_reference_logp=math.fsum(logps) / len(logps),
+            **_reward_summary(reward_record),
         )
 
 
@@ -862,17 +924,17 @@ def _heldout(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     cfg = SamplingConfig.from_dict(args.config)
     out = args.output / HELDOUT_REWARDS
+    reward = cfg.rewards()  # checks rubric files; loads no model yet
     with StepRun(
         STAGE,
         "heldout",
         args.config,
-        inputs=[args.model, args.prompts],
+        inputs=[args.model, args.prompts, *rubric_files(cfg.reward, cfg.rewards_by_category)],
         outputs=[out],
         manifest=args.manifest,
         seed=cfg.seed,
     ) as step:
         prompts = load_prompts(args.prompts)
-        reward = build_reward(cfg.reward)
         options = {
             "max_new_tokens": cfg.max_new_tokens,
             "batch_size": cfg.batch_size,
@@ -891,8 +953,9 @@ def _heldout(argv: list[str]) -> None:
             seed=cfg.seed + 1,
             **options,
         )
+        record = reward.record({p.id: p.category for p in prompts})
         args.output.mkdir(parents=True, exist_ok=True)
-        result = {"model": str(args.model), "config": args.config}
+        result = {"model": str(args.model), "config": args.config, "rewards": record}
         atomic_write_json(out, {**result, "greedy": greedy, "sampled": sampled})
         step.summary.update(
             prompts=len(prompts),
@@ -900,7 +963,21 @@ def _heldout(argv: list[str]) -> None:
             mean_sampled_reward=sampled["mean"],
             ended_turn=greedy["ended_turn"],
             sampled_ended_turn=sampled["ended_turn"],
+            **_reward_summary(record),
         )
+
+
+def _reward_summary(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A manifest's view of :meth:`RewardsByCategory.record`: prompts per category with the
+    reward that scored them, and the SHA-256 of each rubric file read."""
+    return {
+        "categories": record["categories"],
+        "rubric_sha256": {
+            key: r["rubric_sha256"]
+            for key, r in record["rewards"].items()
+            if r["rubric_sha256"] is not None
+        },
+    }
 
 
 def read_heldout(folder: str | os.PathLike, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -914,7 +991,7 @@ def read_heldout(folder: str | os.PathLike, config: Mapping[str, Any]) -> dict[s
         result = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ApertusError(f"{path}: not valid JSON ({e.msg})") from None
-    keys = {"model", "config", "greedy", "sampled"}
+    keys = {"model", "config", "rewards", "greedy", "sampled"}
     if not isinstance(result, dict) or set(result) != keys:
         raise ApertusError(f"{path}: expected an object with the keys {', '.join(sorted(keys))}")
     if result["config"] != config:
@@ -973,6 +1050,8 @@ def reward_report(policies: Mapping[str, Mapping[str, Any]], cfg: SamplingConfig
     sampled = {name: r["sampled"] for name, r in policies.items()}
     return {
         "reward": asdict(cfg.reward),
+        "rewards_by_category": {c: asdict(r) for c, r in cfg.rewards_by_category.items()},
+        "rewards": policies[names[0]]["rewards"],
         "prompt_count": len(prompt_ids),
         "baseline": names[0],
         "order": names,  # the JSON's keys are sorted; this is the order given
@@ -990,11 +1069,15 @@ def reward_report(policies: Mapping[str, Mapping[str, Any]], cfg: SamplingConfig
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The policy's expected reward first (what QRPO maximises), then greedy answers."""
     sampled = report["sampled"]
+    kinds = ", ".join(
+        [report["reward"]["kind"]]
+        + [f"{c}: {r['kind']}" for c, r in sorted(report["rewards_by_category"].items())]
+    )
     text = _reward_table(
         report,
         sampled["models"],
         sampled["comparison"],
-        f"# Expected reward ({report['reward']['kind']}) of each policy on "
+        f"# Expected reward ({kinds}) of each policy on "
         f"{report['prompt_count']} held-out prompts: mean of {sampled['n']} samples per "
         f"prompt at temperature {sampled['temperature']}",
     )
@@ -1014,10 +1097,14 @@ def report_markdown(report: Mapping[str, Any]) -> str:
 
 def _reward_table(report, models, comparison, title: str) -> str:
     languages = sorted({lang for r in models.values() for lang in r["per_language"]})
+    # Categories may be scored by rewards on different scales: each gets its own column.
+    categories = sorted({c for r in models.values() for c in r["per_category"]})
+    categories = categories if len(categories) > 1 else []
     head = [
         "model",
         "mean reward",
         *languages,
+        *categories,
         "Δ mean vs " + report["baseline"] + " (± s.e.)",
         "win rate",
         "ended turn",
@@ -1031,6 +1118,10 @@ def _reward_table(report, models, comparison, title: str) -> str:
             *(
                 f"{r['per_language'][lang]['mean']:.4f}" if lang in r["per_language"] else "-"
                 for lang in languages
+            ),
+            *(
+                f"{r['per_category'][c]['mean']:.4f}" if c in r["per_category"] else "-"
+                for c in categories
             ),
             f"{cmp['mean_delta']:+.4f} ± {cmp['delta_stderr']:.4f}" if cmp else "-",
             f"{cmp['win_rate']:.2f}" if cmp else "-",

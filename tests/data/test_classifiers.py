@@ -681,3 +681,71 @@ def test_sampled_documents_are_kept_by_a_seeded_draw_at_the_fraction():
     # Without a fraction, a marked document passes as before (no score).
     plain = ThresholdFilter("quality_score", {}, keep="top", reason="low_quality")
     assert plain.filter(docs[0]) is True
+
+
+def test_a_source_exempt_from_quality_is_neither_scored_nor_cut(quality_model, tmp_path):
+    """`quality_filter: false` (FineWeb2-HQ's top 10%, already a quality selection): the
+    source's filter job gets no quality scorer, so data_select's threshold keeps all of its
+    documents (none sampled either), while another web source's are scored and cut; the
+    toxicity scorer stays in both."""
+    from apertus.core.config import load_config
+    from apertus.data.config import DataConfig
+    from apertus.data.pipeline import filter_steps
+
+    out, _ = quality_model
+    raw = load_config()["data"]
+    raw["robots"]["enabled"] = False
+    raw["quality"].update(backend="ngram", apply_to_kinds=["web"], keep_fraction=0.5)
+    raw["quality"]["languages"] = ["en"]
+    raw["toxicity"].update(backend="ngram", apply_to_kinds=["web"])
+    web = {"reader": "jsonl", "path": str(tmp_path), "kind": "web"}
+    raw["sources"] = [
+        {"name": "fineweb2", **web},
+        {"name": "fineweb2-hq-top10", **web, "quality_filter": False},
+    ]
+    cfg = DataConfig.from_dict(raw)
+
+    def scorers(name: str) -> dict[str, ClassifierScorer]:
+        steps = filter_steps(
+            cfg,
+            cfg.source(name),
+            snapshot=None,
+            classifiers={"quality": out, "toxicity": out},
+            output_dir=tmp_path / "out",
+            funnel_dir=tmp_path / "funnel",
+            job=f"{name}-0",
+        )
+        return {step.task: step for step in steps if isinstance(step, ClassifierScorer)}
+
+    normal, exempt = scorers("fineweb2"), scorers("fineweb2-hq-top10")
+    assert set(normal) == {"quality", "toxicity"}
+    assert set(exempt) == {"toxicity"}
+
+    texts = [*clean_sentences()[:4], *SPAM[:4]]
+
+    def documents(source: str, language: str = "en") -> list[Document]:
+        return [
+            Document(
+                text=t,
+                id=f"{source}/{i}",
+                metadata={"source": source, "kind": "web", "language": language},
+            )
+            for i, t in enumerate(texts)
+        ]
+
+    scored = list(normal["quality"].run(iter(documents("fineweb2"))))
+    assert all("quality_score" in d.metadata for d in scored)
+    # The exempt source's documents meet no quality scorer: no score, no sampling mark.
+    passed = documents("fineweb2-hq-top10") + documents("fineweb2-hq-top10", "fr")
+    scores = {"en": [d.metadata["quality_score"] for d in scored]}
+    threshold = ThresholdFilter(
+        "quality_score",
+        compute_thresholds(scores, 0.5, keep="top"),
+        keep="top",
+        reason="low_quality",
+        sample_fraction=0.5,
+        seed=1,
+    )
+    kept = list(threshold.run(iter([*scored, *passed])))
+    assert [d.text for d in kept if d.metadata["source"] == "fineweb2"] == texts[:4]
+    assert [d.id for d in kept if d.metadata["source"] != "fineweb2"] == [d.id for d in passed]

@@ -3,6 +3,7 @@ in each Hub dataset's own record format (its columns, its file format and folder
 with `text_field` or a `text_template`; records without a field the template names are skipped
 and counted, and a template that cannot work is refused at config time, naming its key."""
 
+import gzip
 import json
 import pickle
 
@@ -337,3 +338,184 @@ def test_a_template_with_a_text_field_or_the_warc_reader_is_refused(extra, probl
 def test_a_reader_built_from_a_bad_template_refuses_it(tmp_path):
     with pytest.raises(ApertusError, match="data source 'src': text_template 'no field'"):
         make_reader(source(tmp_path, text_template="no field"))
+
+
+# jhu-clsp/paradocs: `data/en-<xx>/<subset>/NNN.gz`, gzipped lines of 18 tab-separated columns
+# (rewicks/ParaDocs `paradocs/paradocs-hf`): English sentence, other sentence, two similarity
+# scores, collection, paragraph/sentence ids and character offsets of both sides, two LID
+# probabilities, a duplication count, then the English and the other document's ids.
+def paradocs_line(en, de, src_doc, tgt_doc, i=0):
+    columns = [en, de, "0.91", "0.88", "paracrawl", str(i // 2), str(i // 2), str(i), str(i)]
+    columns += [str(10 * i), str(10 * i + 9), str(12 * i), str(12 * i + 11)]
+    columns += ["0.99", "0.98", "1", src_doc, tgt_doc]
+    return "\t".join(columns) + "\n"
+
+
+def write_paradocs(root, files):
+    folder = root / "en-de" / "strict"
+    folder.mkdir(parents=True)
+    for name, lines in files.items():
+        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+            f.writelines(lines)
+    return folder
+
+
+def paradocs_source(root, **kw):
+    return source(root, "paradocs", glob="en-de/strict/*.gz", language="deu_Latn", kind="edu", **kw)
+
+
+def test_paradocs_sentence_lines_of_one_document_become_one_document(tmp_path, caplog):
+    first = [
+        paradocs_line("Welcome to our shop.", "Willkommen in unserem Laden.", "17", "42", 0),
+        paradocs_line("We sell cheese.", "Wir verkaufen Käse.", "17", "42", 1),
+        paradocs_line("Opening hours", "Öffnungszeiten", "5", "9", 0),
+        paradocs_line("a line cut short", "eine Zeile", "5", "9", 1).rsplit("\t", 2)[0] + "\n",
+        paradocs_line("", "Montag bis Freitag", "5", "9", 2),  # nothing on the English side
+        paradocs_line("Monday to Friday.", "Montag bis Freitag.", "5", "9", 3),
+        paradocs_line("The town lies on a lake.", "Die Stadt liegt an einem See.", "8", "3", 0),
+    ]
+    # The next file goes on with the document the previous one ended in.
+    second = [paradocs_line("It has a harbour.", "Sie hat einen Hafen.", "8", "3", 1)]
+    write_paradocs(tmp_path, {"000.gz": first, "001.gz": second})
+    with caplog.at_level("WARNING", logger="apertus.data.readers"):
+        docs, stats = read(paradocs_source(tmp_path))
+    assert [d.text for d in docs] == [
+        "Welcome to our shop.\nWe sell cheese.\n\nWillkommen in unserem Laden.\n"
+        "Wir verkaufen Käse.",
+        "Opening hours\nMonday to Friday.\n\nÖffnungszeiten\nMontag bis Freitag.",
+        "The town lies on a lake.\n\nDie Stadt liegt an einem See.",
+        "It has a harbour.\n\nSie hat einen Hafen.",  # the part in the next file, read apart
+    ]
+    # One id per document part: its file and first line, so the two parts never collide.
+    assert [d.id for d in docs] == ["src/000.gz/1", "src/000.gz/3", "src/000.gz/7", "src/001.gz/1"]
+    assert {d.metadata["language_hint"] for d in docs} == {"deu_Latn"}
+    assert {d.metadata["kind"] for d in docs} == {"edu"}
+    assert skips(stats) == {"skipped_malformed_line": 1, "skipped_blank_sentence": 1}
+    assert "(malformed_line) " in caplog.text
+    assert "000.gz:4: 16 tab-separated columns" in caplog.text
+    assert "000.gz:5: src" in caplog.text
+
+
+def test_paradocs_truncated_and_empty_files_keep_what_was_read(tmp_path):
+    lines = [paradocs_line(f"Sentence {i}.", f"Satz {i}.", "1", "1", i) for i in range(200)]
+    folder = write_paradocs(tmp_path, {"000.gz": lines, "001.gz": []})
+    data = (folder / "000.gz").read_bytes()
+    (folder / "000.gz").write_bytes(data[: len(data) * 2 // 3])
+    docs, stats = read(paradocs_source(tmp_path))
+    # The document read up to the cut is kept; the cut file and the empty one are counted.
+    assert len(docs) == 1 and docs[0].text.startswith("Sentence 0.\nSentence 1.\n")
+    assert 0 < docs[0].text.split("\n\n")[0].count("\n") < 199
+    assert skips(stats) == {"skipped_truncated_file": 1, "skipped_empty_file": 1}
+
+
+# utter-project/EuroBlocks-SFT-Synthetic-1124: `data/train-0000N-of-00002.parquet`, a ShareGPT
+# `conversations` column (a list of {from, value} turns, from = system/human/gpt) and the
+# conversation's `language` by name (swiss-ai/posttraining-data converts it as ShareGPT).
+EUROBLOCKS_TURN = pa.struct([("from", pa.string()), ("value", pa.string())])
+
+
+def write_euroblocks(root, rows):
+    folder = root / "data"
+    folder.mkdir(parents=True)
+    table = pa.table(
+        {
+            "conversations": pa.array(
+                [r["conversations"] for r in rows], pa.list_(EUROBLOCKS_TURN)
+            ),
+            "language": pa.array([r["language"] for r in rows], pa.string()),
+        }
+    )
+    pq.write_table(table, folder / "train-00000-of-00002.parquet")
+    return folder
+
+
+def test_euroblocks_conversations_become_one_document_each(tmp_path, caplog):
+    conversation = [
+        {"from": "system", "value": "Du bist ein hilfreicher Assistent."},
+        {"from": "human", "value": "Wie heisst die Hauptstadt der Schweiz?"},
+        {"from": "gpt", "value": "Bern ist die Bundesstadt."},
+        {"from": "human", "value": "Danke!"},
+        {"from": "gpt", "value": "Gern geschehen."},
+    ]
+    rows = [
+        {"conversations": conversation, "language": "German"},
+        {"conversations": None, "language": "German"},  # no conversation at all
+        {"conversations": [], "language": "French"},  # no turns
+        {"conversations": [{"from": "human", "value": None}], "language": "Greek"},
+        {"conversations": [{"from": "human", "value": " "}], "language": "Greek"},
+        {"conversations": conversation[1:3], "language": "German"},
+    ]
+    write_euroblocks(tmp_path, rows)
+    src = source(
+        tmp_path,
+        glob="data/*.parquet",
+        conversation_field="conversations",
+        language_field=None,
+        url_field=None,
+        kind="edu",
+    )
+    with caplog.at_level("WARNING", logger="apertus.data.readers"):
+        docs, stats = read(src)
+    assert [d.text for d in docs] == [
+        "System: Du bist ein hilfreicher Assistent.\n\n"
+        "User: Wie heisst die Hauptstadt der Schweiz?\n\n"
+        "Assistant: Bern ist die Bundesstadt.\n\n"
+        "User: Danke!\n\n"
+        "Assistant: Gern geschehen.",
+        "User: Wie heisst die Hauptstadt der Schweiz?\n\nAssistant: Bern ist die Bundesstadt.",
+    ]
+    assert [d.id for d in docs] == [
+        "src/train-00000-of-00002.parquet/0",
+        "src/train-00000-of-00002.parquet/5",
+    ]
+    assert skips(stats) == {
+        "skipped_missing_field": 1,
+        "skipped_conversation_not_list": 1,
+        "skipped_malformed_turn": 1,
+        "skipped_blank_text": 1,
+    }
+    assert "train-00000-of-00002.parquet:row 3" in caplog.text
+    assert "field 'conversations', turn 0" in caplog.text
+
+
+def test_role_content_turns_and_records_that_are_no_conversation_in_jsonl(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    records = [
+        {"messages": [{"role": "user", "content": "2+2?"}, {"role": "tool", "content": "4"}]},
+        {"messages": "User: hi"},  # a string, not a list of turns
+        {"messages": [{"role": "user", "content": "hi"}, "a bare string"]},
+        {"messages": [{"role": "user", "text": "wrong key"}]},
+        {"messages": [{"role": "", "content": "no speaker"}]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    docs, stats = read(source(path, "jsonl", conversation_field="messages"))
+    assert [d.text for d in docs] == ["User: 2+2?\n\nTool: 4"]
+    assert skips(stats) == {"skipped_conversation_not_list": 1, "skipped_malformed_turn": 3}
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "problem"),
+    [
+        ({"text_template": FLAN}, "text_template", "conversation_field is 'conversations' too"),
+        ({"text_field": "content"}, "conversation_field", "text_field is 'content' too"),
+        ({"reader": "warc"}, "conversation_field", "the warc reader makes its own text"),
+        ({"reader": "paradocs"}, "conversation_field", "the paradocs reader makes its own text"),
+    ],
+)
+def test_a_conversation_field_that_cannot_work_is_refused(extra, key, problem):
+    entry = {
+        "name": "euroblocks",
+        "reader": "parquet",
+        "path": "x",
+        "kind": "edu",
+        "conversation_field": "conversations",
+    }
+    with pytest.raises(ConfigError, match=rf"data\.sources\[0\]\.{key}") as error:
+        DataConfig.from_dict({"sources": [{**entry, **extra}]})
+    assert problem in str(error.value)
+
+
+def test_the_paradocs_reader_takes_no_template():
+    entry = {"name": "paradocs", "reader": "paradocs", "path": "x", "kind": "edu"}
+    with pytest.raises(ConfigError, match="the paradocs reader makes its own text"):
+        DataConfig.from_dict({"sources": [{**entry, "text_template": FLAN}]})

@@ -334,3 +334,238 @@ def test_a_folder_without_a_model_is_refused(tmp_path, evaluated):
 
     with pytest.raises(ApertusError, match=r"no config\.json"):
         run_suite(tmp_path, evaluated["tasks"], LmEvalOptions.from_dict({}), tmp_path / "out")
+
+
+# --------------------------------------------------------------------------------------------
+# The instruct suite: chat models through their chat template
+
+CHAT_TASK = """\
+task: chat_answer
+dataset_path: json
+dataset_kwargs:
+  data_files: {{test: {data}}}
+test_split: test
+output_type: generate_until
+doc_to_text: question
+doc_to_target: answer
+generation_kwargs: {{until: ["QQQQ"], max_gen_toks: 12, do_sample: false}}
+metric_list:
+  - {{metric: exact_match, aggregation: mean, higher_is_better: true}}
+metadata: {{version: 1.0}}
+"""
+CHOICE_TASK = """\
+task: chat_choice
+dataset_path: json
+dataset_kwargs:
+  data_files: {{test: {data}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: question
+doc_to_choice: choices
+doc_to_target: gold
+metric_list:
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+metadata: {{version: 1.0}}
+"""
+
+
+def greedy_tokens(model_dir: Path, context: str, n: int) -> list[int]:
+    """`n` greedy tokens after `context` (which starts with <s>), no end token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = tokenizer(context, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(
+            ids, max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=3
+        )
+    return out[0, ids.shape[1] :].tolist()
+
+
+@pytest.fixture(scope="module")
+def chat_run(evaluated, tmp_path_factory):
+    """A chat export of the tiny model (its generation ending at </s>, <|assistant_end|> and,
+    to see the stop work on a random model, the token it writes fourth), a generative and a
+    multiple-choice task, and one run of the instruct step."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from apertus.evaluate.lmeval import END_OF_TURN
+
+    root = tmp_path_factory.mktemp("instruct")
+    model = Path(shutil.copytree(evaluated["model"], root / "model"))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    question = "Where is the house by the river?"
+    context = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+    )
+    tokens = greedy_tokens(model, context, 12)
+    # The first token (after two) not written before: the random model stops there.
+    k = next(i for i in range(2, 12) if tokens[i] not in tokens[:i] and tokens[i] > 3)
+    end = tokenizer.get_vocab()[END_OF_TURN]
+    (model / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": [2, end, tokens[k]], "pad_token_id": 3})
+    )
+    tasks = root / "tasks"
+    tasks.mkdir()
+    rows = {"answer": [{"question": question, "answer": "By the river."}]}
+    rows["choice"] = [
+        {"question": "Where is the house?", "choices": ["the mountain", "the water"], "gold": 0},
+        {"question": "When do we travel?", "choices": ["today", "tomorrow"], "gold": 1},
+    ]
+    for name, template in (("answer", CHAT_TASK), ("choice", CHOICE_TASK)):
+        data = tasks / f"{name}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows[name]))
+        (tasks / f"chat_{name}.yaml").write_text(template.format(data=data))
+    config = json.dumps(
+        {"instruct": {"tasks": [{"task": "chat_answer"}, {"task": "chat_choice"}], "seed": 3}}
+    )
+    out = root / "run"
+    main(["instruct", "--config", config, "--manifest", str(root / "run.manifest.json"),
+          "--model", str(model), "--tasks", str(tasks), "--output", str(out)])  # fmt: skip
+    return {
+        "root": root,
+        "model": model,
+        "out": out,
+        "context": context,
+        "tokens": tokens[:k],
+        "stop": tokens[k],
+        "end": end,
+        "tokenizer": tokenizer,
+    }
+
+
+def test_instruct_requests_go_through_the_chat_template(chat_run):
+    (answer,) = samples(chat_run["out"], "chat_answer")
+    assert answer["arguments"][0][0] == chat_run["context"]
+    assert chat_run["context"].startswith("<s><|user_start|>")
+    assert chat_run["context"].endswith("<|assistant_start|>")
+    choices = samples(chat_run["out"], "chat_choice")
+    contexts = {context for row in choices for context, _ in row["arguments"]}
+    assert all(c.startswith("<s><|user_start|>") for c in contexts)
+    assert all(c.endswith("<|assistant_start|>") for c in contexts)
+    data = results(chat_run["out"], 0)
+    assert data["fewshot_as_multiturn"] is True and "<|assistant_start|>" in data["chat_template"]
+
+
+def test_instruct_generation_stops_at_the_exports_end_tokens(chat_run):
+    """The answer is the greedy tokens up to the first of generation_config's end ids, that
+    one included (generate keeps it; <|assistant_end|>, a special token, is decoded away)."""
+    (answer,) = samples(chat_run["out"], "chat_answer")
+    tokens, stop = chat_run["tokens"], chat_run["stop"]
+    decode = chat_run["tokenizer"].decode
+    assert answer["resps"][0][0] == decode([*tokens, stop], skip_special_tokens=True)
+    assert decode([stop]) and not decode([chat_run["end"]], skip_special_tokens=True)
+
+
+def test_instruct_step_writes_its_scores_and_command(chat_run):
+    manifest = json.loads((chat_run["root"] / "run.manifest.json").read_text())
+    scores = manifest["summary"]["scores"]
+    assert set(scores) == {"chat_answer", "chat_choice"}
+    assert 0.0 <= scores["chat_choice"]["acc"] <= 1.0
+    command = (chat_run["out"] / "command.sh").read_text()
+    assert "--apply_chat_template --fewshot_as_multiturn true" in command
+
+
+def test_the_instruct_suite_refuses_a_model_that_is_not_a_chat_export(evaluated, tmp_path):
+    from apertus.evaluate.lmeval import InstructOptions, run_suite
+
+    options = InstructOptions.from_dict({"tasks": [{"task": "apertus_mc_de"}]})
+    with pytest.raises(ApertusError, match=r"does not end at <\|assistant_end\|>.*--chat"):
+        run_suite(evaluated["model"], evaluated["tasks"], options, tmp_path / "out")
+
+
+def test_unknown_task_names_are_refused_by_key_path_before_any_task_loads(manager):
+    suite = [SuiteEntry("apertus_mc_de"), SuiteEntry("apertus_mc_dee"), SuiteEntry("ifevl")]
+    with pytest.raises(ApertusError) as error:
+        plan_invocations(suite, manager, "evaluate.instruct")
+    lines = str(error.value).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("evaluate.instruct.tasks[1] is 'apertus_mc_dee'")
+    assert "did you mean 'apertus_mc_de'" in lines[0]
+    assert lines[1].startswith("evaluate.instruct.tasks[2] is 'ifevl'")
+    assert "evaluate.instruct.include_defaults" in lines[1]
+
+
+def test_an_unknown_instruct_task_is_an_error_line_of_the_step(
+    chat_run, evaluated, tmp_path, capsys
+):
+    from apertus.core.stage import run_main
+
+    config = json.dumps({"instruct": {"tasks": [{"task": "no_such_task"}]}})
+    argv = ["instruct", "--config", config, "--manifest", str(tmp_path / "m.json"),
+            "--model", str(chat_run["model"]), "--tasks", str(evaluated["tasks"]),
+            "--output", str(tmp_path / "out")]  # fmt: skip
+    with pytest.raises(SystemExit) as stop:
+        run_main(main, argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: evaluate.instruct.tasks[0] is 'no_such_task'" in err
+    assert not (tmp_path / "out").exists()  # refused before anything was run
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"batch_size": 0}, r"^evaluate\.instruct\.batch_size"),
+        ({"confirm_run_unsafe_code": "yes"}, r"instruct\.confirm_run_unsafe_code"),
+        ({"metadata": [1]}, r"instruct\.metadata"),
+        ({"tasks": [{"task": "ifeval", "shots": 5}]}, r"instruct\.tasks\[0\]: unknown key"),
+    ],
+)
+def test_bad_instruct_options_are_refused_by_their_key(config, message):
+    with pytest.raises(ApertusError, match=message):
+        EvaluateConfig.from_dict({"instruct": config})
+
+
+def test_the_instruct_suite_is_off_by_default_and_keys_match_the_suite():
+    cfg = EvaluateConfig.from_dict({})
+    assert cfg.instruct.tasks == () and cfg.instruct.chat_template
+    assert not cfg.suite.chat_template and not cfg.instruct.confirm_run_unsafe_code
+    assert cfg.instruct.batch_size == cfg.suite.batch_size and cfg.instruct.metadata == {}
+
+
+def test_instruct_command_arguments_round_trip_through_lm_evals_parser(evaluated, monkeypatch):
+    from lm_eval._cli.harness import HarnessCLI
+
+    from apertus.evaluate.lmeval import InstructOptions
+
+    options = InstructOptions.from_dict(
+        {
+            "tasks": [{"task": "ruler"}],
+            "confirm_run_unsafe_code": True,
+            "metadata": {"max_seq_lengths": [4096, 8192]},
+        }
+    )
+    invocation = Invocation(("humaneval_instruct", "ruler"), None, None, True)
+    words = lm_eval_command(invocation, evaluated["model"], None, options, "o.json")
+    monkeypatch.setattr("sys.argv", words)
+    args = HarnessCLI().parse_args()
+    assert args.apply_chat_template is True and args.fewshot_as_multiturn is True
+    assert args.confirm_run_unsafe_code is True
+    assert args.metadata == {"max_seq_lengths": [4096, 8192]}
+
+
+def test_a_task_whose_code_needs_an_absent_package_is_refused_naming_the_extra(monkeypatch):
+    """IFEval, MATH and RULER import packages lm-eval does not install: refused before lm-eval
+    imports the task, naming the entry, the packages and the project's extra."""
+    import importlib.util
+
+    from apertus.evaluate.lmeval import missing_packages
+
+    absent = {"langdetect", "wonderwords"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in absent else object()
+    )
+    suite = [SuiteEntry("gsm8k"), SuiteEntry("ifeval"), SuiteEntry("ruler")]
+    problems = missing_packages(suite, "evaluate.instruct")
+    assert problems == [
+        "evaluate.instruct.tasks[1] is 'ifeval': its lm-eval task code needs langdetect, not "
+        "installed; install them with pip install -e '.[instruct-eval]'",
+        "evaluate.instruct.tasks[2] is 'ruler': its lm-eval task code needs wonderwords, not "
+        "installed; install them with pip install -e '.[instruct-eval]'",
+    ]
+    absent.clear()
+    assert missing_packages(suite) == []

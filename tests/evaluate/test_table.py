@@ -254,6 +254,7 @@ def test_table_step_writes_files_and_manifest(tmp_path):
     [
         (["--results", "final"], "NAME=DIR"),
         (["--results", "a=x", "--memorization", "b=y"], "not among --results"),
+        (["--results", "a=x", "--instruct", "b=y"], "--instruct names b, not among"),
         ([], "at least one checkpoint"),
     ],
 )
@@ -261,3 +262,53 @@ def test_table_step_refuses_bad_arguments(tmp_path, flags, message):
     with pytest.raises(ApertusError, match=message):
         main(["table", "--config", "{}", "--manifest", str(tmp_path / "m.json"), *flags,
               "--output", str(tmp_path / "t")])  # fmt: skip
+
+
+def instruct_results(k: int) -> dict:
+    """An instruct-suite results JSON (lm-eval 0.4.13's keys for IFEval and GSM8K)."""
+    results = {
+        "ifeval": {
+            "prompt_level_strict_acc,none": 0.3 + 0.1 * k,
+            "prompt_level_strict_acc_stderr,none": 0.02,
+            "inst_level_loose_acc,none": 0.5,
+        },
+        "gsm8k": {"exact_match,strict-match": 0.4 + 0.1 * k, "exact_match,flexible-extract": 0.5},
+    }
+    return {"results": results, "config": {"model": "hf"}}
+
+
+def test_instruct_results_are_rows_of_their_own(tmp_path):
+    from apertus.release.card import read_scores as card_scores
+
+    flags = []
+    for k, name in enumerate(CHECKPOINTS):
+        write_results(tmp_path / name / "lm_eval" / "results-0.json", lm_eval_results(k))
+        flags += ["--results", f"{name}={tmp_path / name}"]
+    for k, name in enumerate(CHECKPOINTS[1:]):  # the chat models: the last two
+        write_results(tmp_path / f"chat-{name}" / "lm_eval" / "results-0.json", instruct_results(k))
+        flags += ["--instruct", f"{name}={tmp_path / f'chat-{name}'}"]
+    manifest = tmp_path / "table.manifest.json"
+    main(["table", "--config", "{}", "--manifest", str(manifest), *flags,
+          "--output", str(tmp_path / "table")])  # fmt: skip
+    rows = list(csv.DictReader((tmp_path / "table" / "scores.csv").open()))
+    assert [r["checkpoint"] for r in rows] == [
+        *CHECKPOINTS,
+        "step-50 (instruct)",
+        "final (instruct)",
+    ]
+    # gsm8k is in both suites: the base rows keep their own numbers, the instruct rows theirs.
+    gsm8k = [r["gsm8k/exact_match[strict-match]"] for r in rows]
+    assert gsm8k == [repr(0.0), repr(0.1), repr(0.2), repr(0.4), repr(0.5)]
+    assert [r["ifeval/prompt_level_strict_acc"] for r in rows] == ["", "", "", "0.3", "0.4"]
+    assert all(r["apertus_mc/acc"] == "" for r in rows[3:])
+    summary = json.loads(manifest.read_text())["summary"]
+    assert summary["checkpoints"] == list(CHECKPOINTS)
+    assert summary["instruct_rows"] == ["step-50 (instruct)", "final (instruct)"]
+    markdown = (tmp_path / "table" / "scores.md").read_text()
+    base, instruct = markdown.split("## Instruct suite")
+    assert base.startswith("## Base suite") and "ifeval" not in base
+    assert "| final (instruct) |" in instruct and "apertus_mc" not in instruct
+    # The release card's reader looks checkpoints up by name: their rows are the base suite's.
+    card = card_scores(tmp_path / "table" / "scores.csv")
+    assert card["final"]["apertus_mc/acc"] == pytest.approx(0.45)
+    assert card["final"]["ifeval/prompt_level_strict_acc"] is None

@@ -281,6 +281,36 @@ def test_sequence_logprobs_of_a_transformers_model_match_our_model():
     assert got.tolist() == pytest.approx(ours.tolist(), rel=1e-4)
 
 
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_packed_rows_of_a_transformers_model_score_each_document_alone(attention):
+    """Two (prompt, completion) pairs packed in one row, positions restarting at the second:
+    each scores as it does alone, as in our model (issue 26: without use_cache=False,
+    transformers let the second attend to the first; logits off by several nats)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import ApertusForCausalLM
+
+    from apertus.model.state_dict_adapter import hf_config, hf_state_dict
+
+    model = randomized_debug_model(4)
+    config = hf_config(model.config)
+    config._attn_implementation = attention
+    hf_model = ApertusForCausalLM(config).eval()
+    hf_model.load_state_dict(hf_state_dict(model.state_dict()), strict=True)
+    ids, mask, spec = rows_and_masks()
+    (p0, c0), (p1, c1) = spec[0], spec[1]
+    first, second = ids[0, : p0 + c0], ids[1, : p1 + c1]
+    packed = torch.cat([first, second])[None]
+    positions = torch.cat([torch.arange(p0 + c0), torch.arange(p1 + c1)])[None]
+    only_second = torch.zeros_like(packed)
+    only_second[0, p0 + c0 + p1 : p0 + c0 + p1 + c1] = 1
+    with torch.no_grad():
+        got = sequence_logprobs(hf_model, packed, only_second, positions)
+        alone = sequence_logprobs(hf_model, ids[1:2], mask[1:2])
+        ours = sequence_logprobs(model, packed, only_second, positions)
+    assert got.item() == pytest.approx(alone.item(), rel=1e-5)
+    assert got.item() == pytest.approx(ours.item(), rel=1e-4)
+
+
 def test_sequence_logprobs_carry_gradients_and_reject_a_masked_first_token():
     model = randomized_debug_model(2)
     ids, mask, _ = rows_and_masks()

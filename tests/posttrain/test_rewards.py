@@ -104,7 +104,11 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory, tokenizer_dir) -> Path:
-    folder = tmp_path_factory.mktemp("rm") / "reward_model"
+    return make_reward_model(tmp_path_factory.mktemp("rm") / "reward_model", tokenizer_dir)
+
+
+def make_reward_model(folder: Path, tokenizer_dir: Path) -> Path:
+    """A tiny random LlamaForSequenceClassification with one label, saved with the tokenizer."""
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     config = LlamaConfig(
         vocab_size=len(tok),

@@ -155,12 +155,25 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
             assert f"--nodes={nodes[stage_name]}" in options
             assert f"--gres=gpu:{res['pretrain']['gpus']}" in options
             assert f"--cpus-per-task={res['pretrain']['threads']}" in options
+            # The torchrun layout, with the stage's context parallelism (RECIPE §6: 64k CP 4).
+            cp = {s["name"]: s["context_parallel"] for s in pretrain["long_context"]}
+            ranks = nodes[stage_name] * pretrain["nproc"]
+            data_parallel = ranks // cp.get(stage_name, 1) // pretrain["tensor_parallel"]
+            assert job.sbatch.endswith(
+                f"[torchrun {nodes[stage_name]} node(s) x {pretrain['nproc']} = {ranks} "
+                f"rank(s): context_parallel {cp.get(stage_name, 1)} x tensor_parallel "
+                f"{pretrain['tensor_parallel']} x data_parallel {data_parallel}]"
+            ), job.sbatch
         elif stage in ("data", "tokenize"):
             assert not any("gpu" in o for o in options) and "--nodes=1" in options, job.rule
-        elif job.rule == "evaluate_checkpoint":
+        elif job.rule in ("evaluate_checkpoint", "evaluate_instruct"):
             assert "--gres=gpu:1" in options and "--nodes=1" in options
         elif job.rule in CPU_RULES:
             assert not any("gpu" in o for o in options), job.rule
     assert {"pretrain_stage", "data_filter", "tokenize_shards", "evaluate_checkpoint"} <= seen
+    # Both evaluation suites: the base suite on every checkpoint, the instruct suite on the chat
+    # models.
+    instruct = {job.wildcards["stage"] for job in plan.jobs if job.rule == "evaluate_instruct"}
+    assert instruct == {"sft", "qrpo"}
     assert seen >= CPU_RULES
     assert nodes["ctx64k"] < pretrain["nnodes"]  # its 128-sequence batch needs fewer ranks

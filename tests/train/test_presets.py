@@ -82,6 +82,20 @@ def test_long_context_stages_are_recipe_section_6(preset):
         (256, 7000),
         (128, 3480),
     ]
+    # Context parallel 1/1/2/4 (8B; the 70B preset uses the same degrees), and each stage's
+    # ranks split into it: the plan check (apertus config check) runs the arithmetic.
+    assert [s["context_parallel"] for s in stages] == [1, 1, 2, 4]
+    pretrain = config["pretrain"]
+    for stage in stages:
+        ranks = pretrain["nproc"] * (stage["nnodes"] or pretrain["nnodes"])
+        data_parallel = ranks // (stage["context_parallel"] * pretrain["tensor_parallel"])
+        assert stage["seq_len"] % (2 * stage["context_parallel"]) == 0
+        assert stage["global_batch"] % (pretrain["micro_batch"] * data_parallel) == 0
+        # No rank holds more than 16k tokens of a sequence; from 16k every stage recomputes.
+        per_rank = stage["seq_len"] // stage["context_parallel"]
+        assert per_rank <= 16384
+        activation_checkpoint = stage["activation_checkpoint"] or pretrain["activation_checkpoint"]
+        assert activation_checkpoint == ("full" if per_rank >= 16384 or size == "70b" else "none")
 
 
 def test_long_context_stages_read_the_long_context_mixture(preset):
@@ -123,11 +137,28 @@ def test_five_phases_of_recipe_section_5(preset):
     seeds = [phases[name]["seed"] for name in pretrain["phases"]]
     assert len(set(seeds)) == 5
     for name in pretrain["phases"]:
-        assert sum(phases[name]["weights"].values()) == pytest.approx(1.0)
+        shares = [w for w in phases[name]["weights"].values() if w != "all"]
+        assert sum(shares) == pytest.approx(1.0)
+    # RECIPE §5 phase 1: the memorization probes, every copy once (§8: 1-128 exposures).
+    assert phases["phase1"]["weights"]["probes"] == "all"
+    assert not any("probes" in phases[name]["weights"] for name in pretrain["phases"][1:])
+    probes = config["data"]["probes"]
+    assert probes["enabled"] and max(probes["exposures"]) == 128 and min(probes["exposures"]) == 1
+    memorization = config["evaluate"]["memorization"]
+    assert memorization["suffix_tokens"] == 500  # §8: 500-token continuations
+    # Goldfish's h - 1 tokens of prompt, so every scored token's drop depends on the probe alone.
+    assert memorization["prefix_tokens"] >= pretrain["goldfish"]["h"] - 1
     assert ("fineweb-hq" in phases["phase2"]["weights"]) == (size == "70b")
     assert {"megamath", "infimm-webmath"} <= set(phases["phase3"]["weights"])
     assert {"dclm-edu", "fineweb2-hq-top10"} <= set(phases["phase4"]["weights"])
     assert {"stack-v2-edu", "wikipedia", "flan"} <= set(phases["phase5"]["weights"])
+    # RECIPE §5's cooldown: EuroParl + ParaDocs (parallel data), Flan + EuroBlocks (task data).
+    cooldown = set(phases["phase5"]["weights"])
+    assert {"euroblocks"} <= cooldown
+    assert any(n.startswith("europarl") for n in cooldown)
+    assert any(n.startswith("paradocs") for n in cooldown)
+    sources = {s["name"]: s for s in config["data"]["sources"]}
+    assert sources["fineweb2-hq-top10"]["quality_filter"] is False  # already a quality selection
     books = [s["name"] for s in config["data"]["sources"] if s["kind"] == "books"]
     assert sum(phases["longctx"]["weights"][b] for b in books) == pytest.approx(0.1)
 
@@ -192,4 +223,21 @@ def test_evaluation_suite_is_recipe_section_8_and_exists_in_lm_eval(preset, lm_e
     assert names == RECIPE_TASKS | {"apertus_ppl"}
     assert lm_eval_task_names >= RECIPE_TASKS
     assert suite["include_defaults"] and suite["device"] == "cuda"
-    assert not config["data"]["probes"]["enabled"]  # a tiny-run experiment only
+
+
+# RECIPE §8's instruct tasks as lm-eval 0.4.13 names them (MATH as Minerva's, the chat variants
+# of HumanEval and MBPP, MGSM's languages as one tag); WMT24++ Romansh is not in it.
+RECIPE_INSTRUCT_TASKS = {"ifeval", "gsm8k", "minerva_math", "humaneval_instruct", "mbpp_instruct"}
+RECIPE_INSTRUCT_TASKS |= {"bbh", "mgsm_direct", "truthfulqa_mc1", "truthfulqa_mc2", "ruler"}
+
+
+def test_instruct_suite_is_recipe_section_8_and_exists_in_lm_eval(preset, lm_eval_task_names):
+    _, config = preset
+    instruct = config["evaluate"]["instruct"]
+    names = [entry["task"] for entry in instruct["tasks"]]
+    assert set(names) == RECIPE_INSTRUCT_TASKS
+    assert not set(names) - lm_eval_task_names
+    # HumanEval and MBPP run generated code; RULER is sized to the chat models' 64k.
+    assert instruct["confirm_run_unsafe_code"] and instruct["include_defaults"]
+    assert max(instruct["metadata"]["max_seq_lengths"]) == 65536
+    assert instruct["device"] == "cuda" and not instruct["offline"]

@@ -1,12 +1,15 @@
 # Export and evaluation (RECIPE.md §8): every pretraining stage's final checkpoint -> a Hugging
 # Face folder with a verification card -> lm-eval on the project's task suite and the
-# memorization probes -> one table across checkpoints.
+# memorization probes; the chat models (SFT, QRPO) also through the instruct suite, with their
+# chat template -> one table across checkpoints.
 # Code: apertus/export/, apertus/evaluate/. Config: `export:`, `evaluate:` (config/README.md).
 # Tests: tests/export/, tests/evaluate/.
 
 EVALUATE = config["evaluate"]
 # Every trained checkpoint, in training order: the pretraining stages, then SFT and QRPO.
 EVALUATE_CHECKPOINTS = PRETRAIN_TRAINED + POSTTRAIN_STAGES
+# The chat models, when the instruct suite names tasks (RECIPE §8 "Instruct").
+EVALUATE_INSTRUCT = POSTTRAIN_STAGES if EVALUATE["instruct"]["tasks"] else []
 
 
 # The memorization probes are measured when the data stage planted them.
@@ -95,6 +98,31 @@ rule evaluate_checkpoint:
         " --output {output.out} > {log} 2>&1"
 
 
+rule evaluate_instruct:
+    input:
+        model=rules.export_checkpoint.output.out,
+        tasks=rules.evaluate_tasks.output.out,
+    output:
+        out=directory(stage_path("evaluate", "lm_eval_instruct", "{stage}")),
+        manifest=stage_path("evaluate", "lm_eval_instruct", "{stage}.manifest.json"),
+    log:
+        log_path("evaluate", "lm_eval_instruct-{stage}"),
+    benchmark:
+        benchmark_path("evaluate", "lm_eval_instruct-{stage}")
+    wildcard_constraints:
+        stage="|".join(POSTTRAIN_STAGES),
+    threads: stage_threads("evaluate")
+    resources:
+        **stage_job_resources("evaluate"),
+    params:
+        code=step_code("apertus.evaluate.stage"),
+        config=stage_config("evaluate", "instruct"),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.evaluate.stage instruct"
+        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
+        " --tasks {input.tasks} --output {output.out} > {log} 2>&1"
+
+
 rule evaluate_memorization:
     input:
         model=rules.export_checkpoint.output.out,
@@ -150,6 +178,7 @@ rule evaluate_table:
             if EVALUATE_MEMORIZATION
             else []
         ),
+        instruct=expand(rules.evaluate_instruct.output.out, stage=EVALUATE_INSTRUCT),
     output:
         out=directory(stage_path("evaluate", "table")),
         manifest=stage_path("evaluate", "table.manifest.json"),
@@ -174,10 +203,14 @@ rule evaluate_table:
             f"--memorization {name}={path}"
             for name, path in zip(EVALUATE_CHECKPOINTS, input.memorization)
         ),
+        instruct=lambda wildcards, input: " ".join(
+            f"--instruct {name}={path}"
+            for name, path in zip(EVALUATE_INSTRUCT, input.instruct)
+        ),
     shell:
         "python -m apertus.evaluate.stage table --config {params.config:q}"
         " --manifest {output.manifest} {params.results} {params.memorization}"
-        " --output {output.out} > {log} 2>&1"
+        " {params.instruct} --output {output.out} > {log} 2>&1"
 
 
 TARGETS.extend(

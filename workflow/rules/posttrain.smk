@@ -5,6 +5,8 @@
 # The SFT and QRPO models are exported and evaluated by workflow/rules/evaluate.smk.
 # Code: apertus/posttrain/. Config: `posttrain:` (config/README.md). Tests: tests/posttrain/.
 
+from apertus.core.config import shipped_path
+
 POSTTRAIN = config["posttrain"]
 POSTTRAIN_STAGES = ["sft", "qrpo"] if POSTTRAIN["enabled"] else []
 POSTTRAIN_INSTRUCTIONS = stage_path("posttrain", "instructions")
@@ -15,6 +17,19 @@ POSTTRAIN_REPLAY_PHASE = (
     [stage_path("tokenize", "phases", POSTTRAIN_REPLAY["phase"])]
     if POSTTRAIN_REPLAY["documents"]
     else []
+)
+# The judges' rubric files (posttrain.qrpo_data.reward and rewards_by_category, e.g. the Swiss
+# AI Charter): inputs of the steps that score, so editing a rubric re-runs them. Found as the
+# steps find them (apertus.core.config.shipped_path: the working directory, else the checkout).
+POSTTRAIN_RUBRICS = sorted(
+    {
+        str(shipped_path(reward["rubric_file"]))
+        for reward in [
+            POSTTRAIN["qrpo_data"]["reward"],
+            *POSTTRAIN["qrpo_data"]["rewards_by_category"].values(),
+        ]
+        if reward["rubric_file"]
+    }
 )
 
 
@@ -121,6 +136,7 @@ rule posttrain_qrpo_score:
         model=stage_path("export", "sft"),
         samples=rules.posttrain_qrpo_sample.output.out,
         instructions=POSTTRAIN_INSTRUCTIONS,
+        rubrics=POSTTRAIN_RUBRICS,
     output:
         out=directory(stage_path("posttrain", "qrpo_scored")),
         manifest=stage_path("posttrain", "qrpo_scored.manifest.json"),
@@ -171,12 +187,14 @@ rule posttrain_qrpo:
 
 
 # One job per policy (sft, qrpo): greedy answers and n samples per held-out prompt from its
-# export, scored with the QRPO reward, with the fraction that ended their turn. Evaluation
-# work: one model on the evaluation resources, behind the training jobs' priority.
+# export, scored with the QRPO rewards (each prompt by its category's), with the fraction that
+# ended their turn. Evaluation work: one model on the evaluation resources, behind the training
+# jobs' priority.
 rule posttrain_heldout:
     input:
         model=stage_path("export", "{policy}"),
         instructions=POSTTRAIN_INSTRUCTIONS,
+        rubrics=POSTTRAIN_RUBRICS,
     output:
         out=directory(stage_path("posttrain", "heldout", "{policy}")),
         manifest=stage_path("posttrain", "heldout", "{policy}.manifest.json"),
