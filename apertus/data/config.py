@@ -190,7 +190,9 @@ class HubLabels(Config):
 
     split: str
     text_field: str
-    label_field: str
+    label_field: str | tuple[str, ...]
+    """The label column, or several score columns: label 1 when any is above `positive_above`
+    (ToxicCommons scores five axes of toxicity)."""
     language_field: str | None
     positive_above: float | None
     limit: int

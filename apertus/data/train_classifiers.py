@@ -100,7 +100,7 @@ def read_hub_labels(
 ) -> tuple[list[str], list[int], list[str | None]]:
     """Labelled examples from a Hugging Face dataset: `dataset` is a hub id (or a local directory
     in the same format: tests), streamed split `columns.split`; text, label and language come
-    from the columns `columns` names. With `columns.limit` >= 0 at most that many examples of
+    from the columns `columns` names (several label columns: label 1 when any is positive). With `columns.limit` >= 0 at most that many examples of
     each class per language are kept, the first in the dataset's order (the whole split is still
     read: a language may first appear late)."""
     from datasets import load_dataset
@@ -113,9 +113,12 @@ def read_hub_labels(
     kept: dict[tuple[str | None, int], int] = {}
     for n, row in enumerate(rows):
         where = f"{dataset} ({columns.split}) row {n}"
+        label_fields = (
+            (columns.label_field,) if isinstance(columns.label_field, str) else columns.label_field
+        )
         missing = [
             c
-            for c in (columns.text_field, columns.label_field, columns.language_field)
+            for c in (columns.text_field, *label_fields, columns.language_field)
             if c is not None and c not in row
         ]
         if missing:
@@ -123,7 +126,7 @@ def read_hub_labels(
         text = row[columns.text_field]
         if not isinstance(text, str):
             raise ApertusError(f"{where}: `{columns.text_field}` is not a string")
-        label = _label(row[columns.label_field], columns.positive_above, where)
+        label = max(_label(row[field], columns.positive_above, where) for field in label_fields)
         language = row[columns.language_field] if columns.language_field else None
         language = None if language is None else str(language)
         if columns.limit >= 0:

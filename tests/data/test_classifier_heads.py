@@ -341,6 +341,29 @@ def test_hub_labels_reader_on_a_local_stand_in(tmp_path):
     assert train_classifiers.hub_dataset("labels.jsonl") is None
 
 
+def test_hub_labels_from_several_score_columns(tmp_path):
+    """ToxicCommons-style: five axes scored 0..3; label 1 when any axis is above the bound."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    axes = ["race_origin", "gender_sex", "religion", "ability", "violence"]
+    scores = [[0, 0, 0, 0, 0], [0, 3, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 2]]
+    data = tmp_path / "Axes" / "data"
+    data.mkdir(parents=True)
+    table = {"text": ["a", "b", "c", "d"], "language": ["en"] * 4}
+    table |= {axis: [row[i] for row in scores] for i, axis in enumerate(axes)}
+    pq.write_table(pa.table(table), data / "train-00000-of-00001.parquet")
+    columns = HubLabels("train", "text", tuple(axes), "language", 1.0, -1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_DATASETS_OFFLINE", "1")
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        _, labels, _ = train_classifiers.read_hub_labels(str(tmp_path / "Axes"), columns)
+        assert labels == [0, 1, 0, 1]
+        missing = HubLabels("train", "text", (*axes, "sexual"), "language", 1.0, -1)
+        with pytest.raises(ApertusError, match=r"no column\(s\) \['sexual'\]"):
+            train_classifiers.read_hub_labels(str(tmp_path / "Axes"), missing)
+
+
 def test_hub_labels_for_the_ngram_backend_are_refused_before_any_job():
     from apertus.core.config import load_config
     from apertus.plan_check import plan_problems

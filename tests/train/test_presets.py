@@ -194,6 +194,11 @@ def test_data_filters_are_recipe_section_5(preset):
     data = config["data"]
     assert data["toxicity"]["drop_fraction"] == 0.05
     assert set(data["toxicity"]["apply_to_kinds"]).isdisjoint({"edu", "code", "math"})
+    # The toxicity heads are trained by the pipeline on ToxicCommons (RECIPE §5), XLM-R based.
+    toxicity = data["toxicity"]
+    assert toxicity["head"] is None and toxicity["backend"] == "xlmr"
+    assert toxicity["labels"] == "hf://datasets/PleIAs/ToxicCommons"
+    assert len(toxicity["hub_labels"]["label_field"]) == 5  # its five axes
     assert data["quality"]["keep_fraction"] in (0.33, 0.10)
     # 20 languages by classifier (and English), the others sampled at random.
     assert 20 <= len(set(data["quality"]["languages"])) <= 21
