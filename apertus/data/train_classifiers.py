@@ -100,9 +100,10 @@ def read_hub_labels(
 ) -> tuple[list[str], list[int], list[str | None]]:
     """Labelled examples from a Hugging Face dataset: `dataset` is a hub id (or a local directory
     in the same format: tests), streamed split `columns.split`; text, label and language come
-    from the columns `columns` names (several label columns: label 1 when any is positive). With `columns.limit` >= 0 at most that many examples of
-    each class per language are kept, the first in the dataset's order (the whole split is still
-    read: a language may first appear late)."""
+    from the columns `columns` names (several label columns: label 1 when any is positive).
+    With `columns.limit` >= 0 at most that many examples of each class per language are kept,
+    the first in the dataset's order (the whole split is still read: a language may first
+    appear late)."""
     from datasets import load_dataset
 
     try:

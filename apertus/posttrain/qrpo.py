@@ -31,6 +31,7 @@ __all__ = [
     "length_normalised_beta",
     "optimal_log_ratio",
     "qrpo_loss",
+    "qrpo_squared_residuals",
     "quantile_rewards",
     "sequence_logprobs",
 ]
@@ -111,7 +112,7 @@ def optimal_log_ratio(quantile_reward: torch.Tensor, beta: torch.Tensor) -> torc
     return (quantile_reward - beta_log_partition(beta)) / beta
 
 
-def qrpo_loss(
+def qrpo_squared_residuals(
     policy_logps: torch.Tensor,
     reference_logps: torch.Tensor,
     quantile_rewards: torch.Tensor,
@@ -120,14 +121,16 @@ def qrpo_loss(
     beta_kl: float = BETA_KL,
     max_beta: float = MAX_BETA,
 ) -> torch.Tensor:
-    """L = mean_i (Rq_i - beta_i log Z_i - beta_i (log pi(y_i|x_i) - log pi_ref(y_i|x_i)))^2
-    (RECIPE.md §7), with beta_i = `length_normalised_beta(lengths_i)`.
+    """(Rq_i - beta_i log Z_i - beta_i (log pi(y_i|x_i) - log pi_ref(y_i|x_i)))^2, one value
+    per completion (RECIPE.md §7), with beta_i = `length_normalised_beta(lengths_i)`: the terms
+    `qrpo_loss` averages. A distributed trainer sums them over its ranks and micro-batches and
+    divides by the completions of the optimizer step (`apertus.train.qrpo_loss`).
 
     All arguments are [N], one entry per completion: the policy's and the reference policy's
     log-probabilities summed over the completion's tokens (`sequence_logprobs`), the quantile
     rewards (`quantile_rewards`) and the completions' token counts. The regression is computed
     in float64 (the log-ratio of two long sums is a small difference of large numbers); the
-    gradient reaches `policy_logps` in its own dtype.
+    gradient reaches `policy_logps` in its own dtype. Returns [N] float64.
     """
     n = policy_logps.shape[0]
     for name, value in (
@@ -148,7 +151,28 @@ def qrpo_loss(
     log_ratio = policy_logps.to(torch.float64) - reference_logps.to(device, torch.float64)
     rq = quantile_rewards.to(device, torch.float64)
     residual = rq - beta_log_partition(beta) - beta * log_ratio
-    return residual.square().mean()
+    return residual.square()
+
+
+def qrpo_loss(
+    policy_logps: torch.Tensor,
+    reference_logps: torch.Tensor,
+    quantile_rewards: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    beta_kl: float = BETA_KL,
+    max_beta: float = MAX_BETA,
+) -> torch.Tensor:
+    """L = mean_i (Rq_i - beta_i log Z_i - beta_i (log pi(y_i|x_i) - log pi_ref(y_i|x_i)))^2
+    (RECIPE.md §7): the mean of `qrpo_squared_residuals` (same arguments)."""
+    return qrpo_squared_residuals(
+        policy_logps,
+        reference_logps,
+        quantile_rewards,
+        lengths,
+        beta_kl=beta_kl,
+        max_beta=max_beta,
+    ).mean()
 
 
 def _logits(

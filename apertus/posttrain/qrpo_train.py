@@ -1,5 +1,5 @@
 """Entry point of the QRPO step of post-training: offline alignment of the SFT model on scored
-completions (RECIPE.md §7).
+completions (RECIPE.md §7), on the distributed torchtitan trainer of the other training stages.
 
     python -m apertus.posttrain.qrpo_train --config JSON --manifest M --sft-run DIR
         --completions FILE --output DIR --work-dir DIR
@@ -17,16 +17,27 @@ completion per line::
      "reference_rewards": [0.1, 0.5, ...],           # R(x, y_ref_j) of the prompt's n samples
      "reference_logp": -37.2}                        # log pi_ref(y|x), summed over completion
 
-Other keys (the texts, a sampler's metadata) are ignored.
+Other keys (the texts, a sampler's metadata) are ignored. Every record is checked before any
+training process starts: a completion longer than the model's context, a reward that is not a
+finite number (NaN), a prompt without reference samples ... is an ApertusError naming the file,
+the line and the prompt id.
 
-QRPO (``apertus.posttrain.qrpo``) then regresses beta * log(pi / pi_ref) on the quantile reward
-for `epochs` passes over the completions, shuffled with `seed`, in mini-batches of
-`batch_size` completions, with AdEMAMix at a constant LR after a linear warmup and gradient
-clipping. ``--output`` receives ``run.json`` (the final checkpoint, in the trainer's DCP layout,
-so the export stage takes it unchanged; it and the SFT run are named relative to ``--output``,
-as in every run.json), ``metrics.jsonl`` (one line per optimizer step) and
-``config.json``. Checkpoints live in ``--work-dir`` under a name derived from the config, the
-SFT run and the completions' hash; a re-run trains afresh.
+The completions, with their quantile rewards, become a QRPO data directory in ``--work-dir``
+(`apertus.train.qrpo_loader`), and the run is `apertus.train.stage.train_and_record`'s, as SFT's:
+torchrun over `nproc` processes (FSDP over the data-parallel ranks, `tensor_parallel` where
+set), each reading its share of every step's completions; QRPO's loss
+(`apertus.train.qrpo_loss`) averaged over the step's completions across ranks and
+micro-batches; `epochs` passes, each a ``torch.randperm`` of the completions seeded with `seed`
+in steps of `batch_size` completions (the last one the rest, filled up with rows of weight 0,
+counted as ``filler_rows`` in the manifest); AdEMAMix with the SFT stage's
+numbers (RECIPE.md §7: alpha 8, beta3 0.999, T = total steps, no weight decay) at a constant LR
+after a linear warmup; gradient clipping; a DCP checkpoint every `checkpoint_interval` steps and
+at the end; the SIGTERM / SLURM-deadline early stop and self-requeue of pretraining; a re-run
+resumes from the last checkpoint. ``--output`` receives ``run.json`` (the final checkpoint in
+the trainer's DCP layout, which the export stage reads; it and the SFT run named relative to
+``--output``, as in every run.json), ``metrics.jsonl`` (one line per optimizer step: ``loss``,
+``lr``, ``grad_norm``, the step's mean ``quantile_reward``, ``log_ratio``, ``beta``, its
+``completions``), ``spec.json`` and ``config.json``.
 
 Config (the ``posttrain.qrpo`` subtree, as JSON; the schema holds the defaults), e.g. with the
 recipe's 8B learning rate::
@@ -35,27 +46,26 @@ recipe's 8B learning rate::
      "warmup_steps": 10,     # linear warmup from 0, then constant
      "epochs": 1,
      "batch_size": 64,       # completions per optimizer step
-     "micro_batch": null,    # completions per forward pass (gradient accumulation); null = all
+     "micro_batch": null,    # completions per forward pass and rank; null = batch_size / ranks
      "beta_kl": 5.0,         # RECIPE §7: beta_y = min(beta_kl / |y|, max_beta)
      "max_beta": 0.1,
      "grad_clip": 1.0,       # max global gradient norm
      "weight_decay": 0.0,
-     "seed": 0,              # shuffling and torch's RNG
-     "device": "auto",       # "auto" (cuda when available), "cpu", "cuda", "cuda:N"
-     "dtype": "float32",     # or "bfloat16": autocast of the forward (weights stay float32)
+     "seed": 0,              # order of the completions, initialisation of torch's RNG
+     "device": "auto",       # "auto" (cuda when available), "cpu", "cuda"
+     "dtype": "float32",     # or "bfloat16": FSDP's compute dtype (weights stay float32)
+     "checkpoint_interval": 50,
+     "nproc": 1,             # torchrun processes
+     "tensor_parallel": 1,
      "ademamix": {"betas": [0.9, 0.999, 0.999], "alpha": 8.0, "eps": 1e-8,
                   "warmup_steps": null}}   # T_alpha = T_beta3; null = the run's total steps
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import shutil
-import warnings
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,33 +73,31 @@ from typing import Any
 import torch
 
 from apertus.core import ApertusError
-from apertus.core.device import resolve_device
 from apertus.core.files import (
     atomic_write_json,
-    building_directory,
     canonical_json,
     recorded_path,
     sha256_file,
     sha256_text,
 )
-from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config, is_integer, is_number
-from apertus.posttrain.qrpo import (
-    length_normalised_beta,
-    qrpo_loss,
-    quantile_rewards,
-    sequence_logprobs,
+from apertus.posttrain.qrpo import quantile_rewards
+from apertus.posttrain.sft_data import read_sft_record
+from apertus.train.qrpo_loader import QRPORow, write_qrpo_data
+from apertus.train.run_spec import (
+    AdEMAMixSpec,
+    CheckpointSpec,
+    GoldfishSpec,
+    LRSpec,
+    QRPOSpec,
+    RunSpec,
 )
 
 log = logging.getLogger(__name__)
 
 RUN_RECORD = "run.json"
-
-# The token that fills rows of a mini-batch up to its longest row. Its value is irrelevant:
-# padding sits after every real token (causal attention never looks at it) and is masked out
-# of the log-probabilities.
-PAD_ID = 0
+NAME = "qrpo"
 
 # Before the first update the policy is the reference, so the log-ratio of the first batch
 # measures how well `reference_logp` matches the SFT checkpoint; more than this many nats per
@@ -141,6 +149,9 @@ class QRPOConfig(Config, key="posttrain.qrpo"):
     seed: int
     device: str
     dtype: str
+    checkpoint_interval: int
+    nproc: int
+    tensor_parallel: int
     ademamix: AdemamixOptions
 
     def __post_init__(self) -> None:
@@ -156,17 +167,32 @@ class QRPOConfig(Config, key="posttrain.qrpo"):
         _check_number(self.grad_clip, f"{where}.grad_clip", low=0.0, low_open=True)
         _check_number(self.weight_decay, f"{where}.weight_decay", low=0.0)
         _check_int(self.seed, f"{where}.seed", low=0)
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+        if self.device not in ("auto", "cpu", "cuda"):
             raise ApertusError(
-                f"{where}.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
+                f"{where}.device must be 'auto', 'cpu' or 'cuda', got {self.device!r}"
             )
-        if self.dtype not in AUTOCAST_DTYPES:
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ApertusError(f"{where}.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        _check_int(self.checkpoint_interval, f"{where}.checkpoint_interval", low=1)
+        _check_int(self.nproc, f"{where}.nproc", low=1)
+        _check_int(self.tensor_parallel, f"{where}.tensor_parallel", low=1)
+        if self.nproc % self.tensor_parallel:
             raise ApertusError(
-                f"{where}.dtype must be one of {', '.join(AUTOCAST_DTYPES)}, got {self.dtype!r}"
+                f"{where}.tensor_parallel {self.tensor_parallel} does not divide nproc {self.nproc}"
+            )
+        ranks = self.nproc // self.tensor_parallel
+        micro = self.micro_batch or self.batch_size // ranks
+        if micro < 1 or self.batch_size % (micro * ranks):
+            raise ApertusError(
+                f"{where}.batch_size {self.batch_size} does not split into micro-batches of "
+                f"{micro} completions on {ranks} data-parallel rank(s) (micro_batch x nproc / "
+                "tensor_parallel must divide it)"
             )
 
-
-AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
+    @property
+    def rank_micro_batch(self) -> int:
+        """Completions per forward pass and data-parallel rank."""
+        return self.micro_batch or self.batch_size // (self.nproc // self.tensor_parallel)
 
 
 def _check_number(
@@ -269,8 +295,10 @@ def _parse_completion(raw: Any, vocab_size: int, max_seq_len: int) -> dict[str, 
     if not _finite_number(raw["reward"]):
         raise ValueError(f"reward must be a finite number, got {raw['reward']!r}")
     refs = raw["reference_rewards"]
-    if not isinstance(refs, list) or not refs or not all(_finite_number(r) for r in refs):
-        raise ValueError("reference_rewards must be a non-empty list of finite numbers")
+    if not isinstance(refs, list) or not refs:
+        raise ValueError("no reference samples: reference_rewards must be a non-empty list")
+    if not all(_finite_number(r) for r in refs):
+        raise ValueError("reference_rewards must hold finite numbers only")
     logp = raw["reference_logp"]
     if not _finite_number(logp):
         raise ValueError(f"reference_logp must be a finite number, got {logp!r}")
@@ -281,6 +309,15 @@ def _parse_completion(raw: Any, vocab_size: int, max_seq_len: int) -> dict[str, 
             "log-likelihood?)"
         )
     return raw
+
+
+def _naming(line: str) -> str:
+    """`` (prompt 'p17')`` for a record that names its prompt, else nothing."""
+    try:
+        prompt = json.loads(line).get("prompt_id")
+    except (ValueError, AttributeError):
+        return ""
+    return f" (prompt {prompt!r})" if isinstance(prompt, str | int) else ""
 
 
 def read_completions(
@@ -306,7 +343,7 @@ def read_completions(
         except json.JSONDecodeError as e:
             raise ApertusError(f"{path}:{number}: not valid JSON ({e})") from None
         except ValueError as e:
-            raise ApertusError(f"{path}:{number}: {e}") from None
+            raise ApertusError(f"{path}:{number}: {e}{_naming(line)}") from None
         key = (str(raw["prompt_id"]), str(raw["completion_id"]))
         if key in seen:
             raise ApertusError(
@@ -344,182 +381,82 @@ def read_completions(
     ]
 
 
-@dataclass
-class CompletionBatch:
-    """Completions as tensors: ``input_ids`` / ``completion_mask`` [B, L] right-padded with
-    `PAD_ID` (mask 0); ``reference_logps``, ``quantile_rewards`` (float64), ``lengths`` [B]."""
-
-    input_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    reference_logps: torch.Tensor
-    quantile_rewards: torch.Tensor
-    lengths: torch.Tensor
-
-
-def collate(completions: Sequence[ScoredCompletion], device: torch.device | str) -> CompletionBatch:
-    width = max(len(c.input_ids) for c in completions)
-    ids = torch.full((len(completions), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros((len(completions), width), dtype=torch.bool)
-    for row, c in enumerate(completions):
-        ids[row, : len(c.input_ids)] = torch.tensor(c.input_ids)
-        mask[row, : len(c.input_ids)] = torch.tensor(c.completion_mask, dtype=torch.bool)
-    return CompletionBatch(
-        input_ids=ids.to(device),
-        completion_mask=mask.to(device),
-        reference_logps=torch.tensor(
-            [c.reference_logp for c in completions], dtype=torch.float64, device=device
-        ),
-        quantile_rewards=torch.tensor(
-            [c.quantile_reward for c in completions], dtype=torch.float64, device=device
-        ),
-        lengths=mask.sum(dim=-1).to(device),
-    )
-
-
 # --------------------------------------------------------------------------------------------
-# Training
+# The run
 # --------------------------------------------------------------------------------------------
-
-
-def _autocast(device: torch.device, dtype: torch.dtype | None):
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
 
 
 def steps_per_epoch(n_completions: int, batch_size: int) -> int:
-    """Optimizer steps of one pass: the last mini-batch may be smaller (nothing is dropped)."""
+    """Optimizer steps of one pass: the last step holds the rest (nothing is dropped)."""
     return -(-n_completions // batch_size)
 
 
-def train_qrpo(
-    model: torch.nn.Module,
-    completions: Sequence[ScoredCompletion],
-    config: QRPOConfig,
-    *,
-    on_step: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Train `model` (the policy, initialised as the reference) with the QRPO loss on
-    `completions` for `config.epochs` epochs; returns one metrics dict per optimizer step
-    (also given to `on_step` as it is made).
-
-    Metrics: ``step`` (1-based), ``epoch``, ``lr``, ``loss`` (the mini-batch's QRPO loss),
-    ``quantile_reward`` / ``log_ratio`` / ``beta`` (their means over the mini-batch, the
-    log-ratio of the policy before this step's update), ``grad_norm`` (before clipping),
-    ``completions``. A non-finite loss or gradient norm stops training with ApertusError.
-    """
-    from apertus.train.ademamix import AdEMAMix, param_groups
-    from apertus.train.schedule import constant_lr_with_warmup
-
-    if not completions:
-        raise ApertusError("QRPO needs at least one completion")
-    device = next(model.parameters()).device
-    per_epoch = steps_per_epoch(len(completions), config.batch_size)
-    total = per_epoch * config.epochs
-    warmup = config.ademamix.warmup_steps or total
-    optimizer = AdEMAMix(
-        param_groups(model, config.weight_decay),
-        lr=config.lr,
-        betas=config.ademamix.betas,
-        alpha=config.ademamix.alpha,
-        t_alpha=warmup,
-        t_beta3=warmup,
-        eps=config.ademamix.eps,
-        weight_decay=config.weight_decay,
+def qrpo_run_spec(cfg: QRPOConfig, data_dir: Path, sft: dict[str, Any]) -> RunSpec:
+    """The torchtitan run spec of QRPO: the QRPO data in `data_dir` (`write_data`), from the
+    weights of the SFT run whose run.json is `sft` (its ``final_checkpoint`` absolute)."""
+    record = read_sft_record(data_dir)
+    steps = cfg.epochs * steps_per_epoch(record["examples"], cfg.batch_size)
+    horizon = cfg.ademamix.warmup_steps or steps
+    return RunSpec(
+        flavor=sft["flavor"],
+        model_overrides=dict(sft["model_overrides"]),
+        sft_data=str(data_dir),
+        sft_epochs=cfg.epochs,
+        qrpo=QRPOSpec(beta_kl=cfg.beta_kl, max_beta=cfg.max_beta),
+        seq_len=record["max_len"],
+        micro_batch=cfg.rank_micro_batch,
+        global_batch=cfg.batch_size,
+        steps=steps,
+        lr=LRSpec(kind="constant", peak=cfg.lr, warmup_steps=cfg.warmup_steps),
+        # RECIPE §7, as SFT: alpha 8, beta3 0.999, T = total steps, no weight decay (config).
+        ademamix=AdEMAMixSpec(
+            betas=cfg.ademamix.betas,
+            alpha=cfg.ademamix.alpha,
+            t_alpha=horizon,
+            t_beta3=horizon,
+            eps=cfg.ademamix.eps,
+            weight_decay=cfg.weight_decay,
+        ),
+        grad_clip=cfg.grad_clip,
+        goldfish=GoldfishSpec(enabled=False),
+        seed=cfg.seed,
+        dtype=cfg.dtype,
+        device=cfg.device,
+        tensor_parallel=cfg.tensor_parallel,
+        checkpoint=CheckpointSpec(
+            interval=cfg.checkpoint_interval,
+            initial=sft["final_checkpoint"],
+            initial_mode="weights",
+        ),
     )
-    autocast_dtype = AUTOCAST_DTYPES[config.dtype]
-    micro = config.micro_batch or config.batch_size
-    order = torch.Generator().manual_seed(config.seed)
-    model.train()
-    history: list[dict[str, Any]] = []
-    step = 0
-    for epoch in range(config.epochs):
-        permutation = torch.randperm(len(completions), generator=order).tolist()
-        for first in range(0, len(permutation), config.batch_size):
-            batch = [completions[i] for i in permutation[first : first + config.batch_size]]
-            lr = constant_lr_with_warmup(step, lr=config.lr, warmup_steps=config.warmup_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
-            sums = {"loss": 0.0, "quantile_reward": 0.0, "log_ratio": 0.0, "beta": 0.0}
-            abs_log_ratio_per_token = 0.0
-            for start in range(0, len(batch), micro):
-                part = collate(batch[start : start + micro], device)
-                with _autocast(device, autocast_dtype):
-                    logps = sequence_logprobs(model, part.input_ids, part.completion_mask)
-                loss = qrpo_loss(
-                    logps,
-                    part.reference_logps,
-                    part.quantile_rewards,
-                    part.lengths,
-                    beta_kl=config.beta_kl,
-                    max_beta=config.max_beta,
-                )
-                # The mini-batch loss is the mean over its completions: weight each part by its
-                # share, so accumulating parts gives the same gradient as one pass.
-                (loss * (part.lengths.numel() / len(batch))).backward()
-                with torch.no_grad():
-                    log_ratio = logps.double() - part.reference_logps
-                    beta = length_normalised_beta(part.lengths, config.beta_kl, config.max_beta)
-                    sums["loss"] += loss.item() * part.lengths.numel()
-                    sums["quantile_reward"] += part.quantile_rewards.sum().item()
-                    sums["log_ratio"] += log_ratio.sum().item()
-                    sums["beta"] += beta.sum().item()
-                    abs_log_ratio_per_token += (log_ratio.abs() / part.lengths).sum().item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            metrics = {
-                "step": step + 1,
-                "epoch": epoch + 1,
-                "lr": lr,
-                **{k: v / len(batch) for k, v in sums.items()},
-                "grad_norm": float(grad_norm),
-                "completions": len(batch),
-            }
-            if not (math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])):
-                raise ApertusError(
-                    f"QRPO diverged at step {step + 1}: loss {metrics['loss']}, gradient norm "
-                    f"{metrics['grad_norm']} (lower posttrain.qrpo.lr or check the rewards)"
-                )
-            if step == 0:
-                metrics["initial_abs_log_ratio_per_token"] = abs_log_ratio_per_token / len(batch)
-                if metrics["initial_abs_log_ratio_per_token"] > REFERENCE_MISMATCH_PER_TOKEN:
-                    log.warning(
-                        "the untrained policy differs from reference_logp by %.3f nats per "
-                        "completion token: were the reference log-probabilities computed with "
-                        "this SFT checkpoint?",
-                        metrics["initial_abs_log_ratio_per_token"],
-                    )
-            optimizer.step()
-            step += 1
-            history.append(metrics)
-            if on_step is not None:
-                on_step(metrics)
-    return history
 
 
-# --------------------------------------------------------------------------------------------
-# Checkpoint and run record
-# --------------------------------------------------------------------------------------------
-
-
-def save_checkpoint(model: torch.nn.Module, step_dir: Path) -> Path:
-    """The model's state dict as a DCP checkpoint with the keys at the top level, as our
-    torchtitan trainer lays them out (`apertus.export.hf.load_model_state` reads it). Written
-    beside `step_dir` and renamed into place, so a killed run leaves no partial checkpoint."""
-    from torch.distributed.checkpoint import save as dcp_save
-
-    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    with building_directory(step_dir) as building, warnings.catch_warnings():
-        # "torch.distributed is disabled ... assuming the intent is to save in a single
-        # process": exactly the intent here.
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp_save(state, checkpoint_id=str(building))
-    return step_dir
+def write_data(
+    completions: list[ScoredCompletion],
+    work_dir: Path,
+    *,
+    source_sha256: str,
+    max_len: int,
+    vocab_size: int,
+) -> Path:
+    """The QRPO data directory of `completions` (read from a file of digest `source_sha256`) in
+    `work_dir` (`apertus.train.qrpo_loader`), rows of at most `max_len` + 1 tokens (the model's
+    context), named after the file and the row width; written once, then reused by re-runs."""
+    rows = [
+        QRPORow(c.input_ids, c.completion_mask, c.reference_logp, c.quantile_reward)
+        for c in completions
+    ]
+    key = sha256_text(canonical_json([source_sha256, max_len, vocab_size]))[:16]
+    data_dir = work_dir / f"qrpo_data-{key}"
+    if not (data_dir / "sft.json").is_file():
+        write_qrpo_data(rows, data_dir, max_len=max_len, vocab_size=vocab_size)
+    return data_dir
 
 
 def main(argv=None):
-    from apertus.export.hf import load_model_state
     from apertus.export.stage import read_run_record
+    from apertus.train.metrics import read_metrics
+    from apertus.train.stage import final_checkpoint, train_and_record
 
     parser = stage_parser("posttrain", __doc__.splitlines()[0])
     parser.add_argument("--sft-run", type=Path, required=True, help="the SFT step's output")
@@ -528,87 +465,72 @@ def main(argv=None):
     parser.add_argument("--work-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     cfg = QRPOConfig.from_dict(args.config)
-    sft = read_run_record(args.sft_run)
-    model_config = sft.model_config()
-    device = resolve_device(cfg.device, setting="posttrain.qrpo.device")
+    sft_record = read_run_record(args.sft_run)
+    model_config = sft_record.model_config()
     completions = read_completions(
         args.completions, vocab_size=model_config.vocab_size, max_seq_len=model_config.max_seq_len
     )
-    key = sha256_text(
-        canonical_json(
-            [
-                args.config,
-                (args.sft_run / RUN_RECORD).read_text(encoding="utf-8"),
-                sha256_file(args.completions),
-            ]
-        )
-    )[:16]
-    work = args.work_dir / f"qrpo-{key}"
+    sft = json.loads((args.sft_run / RUN_RECORD).read_text(encoding="utf-8"))
+    starting = {**sft, "final_checkpoint": str(final_checkpoint(sft, args.sft_run))}
     with StepRun(
         "posttrain",
-        "qrpo",
+        NAME,
         args.config,
-        inputs=[args.sft_run, sft.final_checkpoint, args.completions],
+        inputs=[args.sft_run, Path(starting["final_checkpoint"]), args.completions],
         outputs=[args.output],
         manifest=args.manifest,
         seed=cfg.seed,
     ) as step:
-        torch.manual_seed(cfg.seed)
-        state = load_model_state(sft.final_checkpoint, model_config)
-        with torch.device(device):
-            model = model_config.build()
-        model.load_state_dict(state, strict=True)
-        del state
-        work.mkdir(parents=True, exist_ok=True)
-        metrics_path = work / "metrics.jsonl"
-        total_steps = cfg.epochs * steps_per_epoch(len(completions), cfg.batch_size)
-        with (
-            metrics_path.open("w", encoding="utf-8") as metrics_file,
-            Progress(total_steps, "training qrpo", unit="steps") as progress,
-        ):
-
-            def write(metrics: dict[str, Any]) -> None:
-                metrics_file.write(json.dumps(metrics) + "\n")
-                metrics_file.flush()
-                progress.update(loss=metrics["loss"], epoch=metrics["epoch"])
-                log.info(
-                    "step %d: loss %.5f, Rq %.3f, log-ratio %.3f, beta %.4f",
-                    metrics["step"],
-                    metrics["loss"],
-                    metrics["quantile_reward"],
-                    metrics["log_ratio"],
-                    metrics["beta"],
-                )
-
-            history = train_qrpo(model, completions, cfg, on_step=write)
-        final_step = history[-1]["step"]
-        checkpoint = save_checkpoint(model, work / "ckpt" / f"step-{final_step}")
-        record = {
-            "name": "qrpo",
-            "final_checkpoint": recorded_path(checkpoint, args.output),
-            "final_step": final_step,
-            "final_loss": history[-1]["loss"],
-            "flavor": sft.flavor,
-            "model_overrides": sft.model_overrides,
-            "seq_len": sft.seq_len,
-            "sft_run": recorded_path(args.sft_run, args.output),
-            "completions": len(completions),
-            "prompts": len({c.prompt_id for c in completions}),
-            "epochs": cfg.epochs,
-        }
-        step.outputs.append(checkpoint)  # hashed into the manifest
-        args.output.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(metrics_path, args.output / "metrics.jsonl")
-        atomic_write_json(args.output / "config.json", args.config)
-        atomic_write_json(args.output / RUN_RECORD, record)
-        step.summary.update(
+        data_dir = write_data(
+            completions,
+            args.work_dir,
+            source_sha256=sha256_file(args.completions),
+            max_len=model_config.max_seq_len,
+            vocab_size=model_config.vocab_size,
+        )
+        spec = qrpo_run_spec(cfg, data_dir, starting)
+        record = train_and_record(
+            step,
+            spec,
+            name=NAME,
+            key_material=[data_dir.name, sft],
+            work_root=args.work_dir,
+            output=args.output,
+            nproc=cfg.nproc,
+        )
+        metrics = read_metrics(args.output / "metrics.jsonl")
+        first = (
+            metrics.get(1, {}) if "initial_abs_log_ratio_per_token" in metrics.get(1, {}) else None
+        )
+        last = metrics[max(metrics)]
+        record.update(
             {
-                **{k: v for k, v in record.items() if k != "model_overrides"},
-                "initial_abs_log_ratio_per_token": history[0]["initial_abs_log_ratio_per_token"],
-                "final_log_ratio": history[-1]["log_ratio"],
-                "final_quantile_reward": history[-1]["quantile_reward"],
+                "seq_len": sft["seq_len"],
+                "sft_run": recorded_path(args.sft_run, args.output),
+                "completions": len(completions),
+                "prompts": len({c.prompt_id for c in completions}),
+                "epochs": cfg.epochs,
             }
         )
+        atomic_write_json(args.output / "config.json", args.config)
+        atomic_write_json(args.output / RUN_RECORD, record)
+        summary = {k: v for k, v in record.items() if k != "model_overrides"}
+        summary["filler_rows"] = cfg.epochs * steps_per_epoch(
+            len(completions), cfg.batch_size
+        ) * cfg.batch_size - cfg.epochs * len(completions)
+        summary["final_log_ratio"] = last.get("log_ratio")
+        summary["final_quantile_reward"] = last.get("quantile_reward")
+        if first is not None:
+            mismatch = first["initial_abs_log_ratio_per_token"]
+            summary["initial_abs_log_ratio_per_token"] = mismatch
+            if mismatch > REFERENCE_MISMATCH_PER_TOKEN:
+                log.warning(
+                    "the untrained policy differs from reference_logp by %.3f nats per "
+                    "completion token: were the reference log-probabilities computed with "
+                    "this SFT checkpoint?",
+                    mismatch,
+                )
+        step.summary.update(summary)
 
 
 if __name__ == "__main__":

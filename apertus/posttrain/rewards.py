@@ -19,7 +19,12 @@ do not matter, only how it orders completions of one prompt. Three kinds:
     probability-weighted score, Liu et al. 2023), a smooth score instead of a sampled integer.
 
 Every reward has ``score(exchanges) -> list[float]``; :func:`build_reward` makes one from the
-config. ``apertus.posttrain.sampling.mean_reward`` answers held-out prompts with a model and
+config. The reward model and the judge score ``batch_size`` conversations per forward pass
+(left-padded, read at the last column) and refuse a conversation longer than their context,
+naming its prompt. They read text, rendered with their own tokenizer and chat template, so
+their tokenizer need not be the policy's. The judge's prompt is :data:`JUDGE_TEMPLATE` or a
+``template_file``; manifests record the SHA-256 of either, and of the rubric file.
+``apertus.posttrain.sampling.mean_reward`` answers held-out prompts with a model and
 averages a reward, to compare the SFT model with the aligned one.
 
 The recipe scores standard prompts with a reward model and controversial ones with a judge and
@@ -36,8 +41,10 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import string
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,6 +78,7 @@ DEFAULT_RUBRIC = (
 """The judge's rubric when the config gives none. The presets pass the Swiss AI Charter (RECIPE.md
 §7) with ``rubric_file: config/charter/swiss-ai-charter.md``, our paraphrase of it."""
 
+JUDGE_TEMPLATE_FIELDS = ("rubric", "conversation", "answer")
 JUDGE_TEMPLATE = (
     "{rubric}\n\n"
     "Conversation:\n{conversation}\n\n"
@@ -78,6 +86,9 @@ JUDGE_TEMPLATE = (
     "Rate the answer from 1 (worst) to 10 (best) according to the rubric. "
     "Reply with the number only."
 )
+"""The judge's user message when the config names no ``template_file``: a Python format string
+with the fields of :data:`JUDGE_TEMPLATE_FIELDS`. Recorded by its SHA-256 (``template_sha256``)
+like a template file, so a change of either shows in the manifests."""
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -104,6 +115,10 @@ class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
     rubric       the judge's rubric text (default :data:`DEFAULT_RUBRIC`)
     rubric_file  a file holding the rubric (e.g. the Swiss AI Charter), instead of ``rubric``;
                  relative to the working directory, else to the checkout (``shipped_path``)
+    template_file  a file holding the judge's prompt (default :data:`JUDGE_TEMPLATE`), a
+                 format string with ``{rubric}``, ``{conversation}`` and ``{answer}``; found
+                 like ``rubric_file``
+    batch_size   conversations per forward pass (reward_model, judge)
     char_order, word_order, beta   chrF's parameters (sacrebleu's defaults 6, 0, 2)
     dtype        float32 | bfloat16, the model's dtype (reward_model, judge)
     device       auto | cpu | cuda (auto: cuda when available)
@@ -117,6 +132,8 @@ class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
     model: str | None
     rubric: str | None
     rubric_file: str | None
+    template_file: str | None
+    batch_size: int
     char_order: int
     word_order: int
     beta: int
@@ -130,7 +147,7 @@ class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
         check_choice(f"{where}.kind", self.kind, REWARD_KINDS)
         check_choice(f"{where}.dtype", self.dtype, tuple(DTYPES))
         check_choice(f"{where}.device", self.device, DEVICES)
-        for name in ("char_order", "beta"):
+        for name in ("char_order", "beta", "batch_size"):
             check_positive_int(f"{where}.{name}", getattr(self, name))
         if self.word_order < 0:
             raise ApertusError(f"{where}.word_order must be an integer >= 0")
@@ -143,6 +160,8 @@ class RewardConfig(Config, key="posttrain.qrpo_data.reward"):
             raise ApertusError(f"{where}: give rubric or rubric_file, not both")
         if self.kind != "judge" and (self.rubric is not None or self.rubric_file is not None):
             raise ApertusError(f"{where}: a rubric is only used by the judge reward")
+        if self.kind != "judge" and self.template_file is not None:
+            raise ApertusError(f"{where}.template_file is only used by the judge reward")
 
 
 # --- what is scored --------------------------------------------------------------------------
@@ -167,9 +186,19 @@ class Exchange:
 
 
 class Reward(Protocol):
+    """A reward: `score` gives one number per exchange; `progress`, when given, counts the
+    scored completions (else a reward with a model shows its own)."""
+
     kind: str
 
-    def score(self, exchanges: Sequence[Exchange]) -> list[float]: ...
+    def score(
+        self, exchanges: Sequence[Exchange], progress: Progress | None = None
+    ) -> list[float]: ...
+
+
+def _progress(progress: Progress | None, total: int, what: str) -> Any:
+    """`progress` (a caller's, left open), else a new one for `total` completions."""
+    return nullcontext(progress) if progress is not None else Progress(total, what, "completions")
 
 
 # --- Hugging Face folders --------------------------------------------------------------------
@@ -239,34 +268,81 @@ class ChrfReward:
 
         self.metric = CHRF(char_order=char_order, word_order=word_order, beta=beta)
 
-    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
+    def score(self, exchanges: Sequence[Exchange], progress: Progress | None = None) -> list[float]:
         for ex in exchanges:
             if not ex.reference.strip():
                 raise ApertusError(
                     f"prompt {ex.prompt_id}: the chrf reward needs a non-empty reference answer"
                 )
-        return [chrf_reward(ex.completion, ex.reference, self.metric) for ex in exchanges]
+        scores = [chrf_reward(ex.completion, ex.reference, self.metric) for ex in exchanges]
+        if progress is not None:
+            progress.update(len(exchanges))
+        return scores
 
 
 # --- reward model ----------------------------------------------------------------------------
 
 
+def model_context(model: Any) -> int | None:
+    """The longest sequence a Hugging Face model takes (``max_position_embeddings``), or None
+    when its config does not say."""
+    value = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def check_context(ids: Sequence[int], context: int | None, what: str, prompt_id: str) -> None:
+    """Refuse a sequence longer than a model's context, naming the prompt: a model would
+    score it with positions it was never trained on (or fail deep inside attention)."""
+    if context is not None and len(ids) > context:
+        raise ApertusError(
+            f"prompt {prompt_id}: {len(ids)} tokens for the {what}, longer than its context of "
+            f"{context} (shorten the prompt or posttrain.qrpo_data.max_new_tokens)"
+        )
+
+
+def left_padded(
+    sequences: Sequence[Sequence[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, position ids) of `sequences` padded on the left, so every
+    sequence ends at the last column; positions count real tokens only."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        if seq:
+            ids[i, width - len(seq) :] = torch.tensor(list(seq))
+            mask[i, width - len(seq) :] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
+
+
+def _batches(n: int, batch_size: int) -> Iterator[range]:
+    for start in range(0, n, batch_size):
+        yield range(start, min(n, start + batch_size))
+
+
 class RewardModelReward:
     """A sequence-classification reward model with one label; the score is its logit.
 
-    Scored one conversation at a time: transformers pools the logit at the rightmost token that
-    is not ``pad_token_id``, which in a padded batch picks the wrong token when the chat ends
-    with a token equal to the pad token (tokenizers whose pad is eos), so no padding is used.
+    The reward model reads the text of the conversation rendered with its own tokenizer and
+    chat template, so its tokenizer may differ from the policy's; what differs is the length,
+    checked against its own context (an error naming the prompt). Conversations are scored
+    `batch_size` at a time, left-padded and passed as embeddings: transformers pools the logit
+    at the rightmost token that is not ``pad_token_id``, which picks the wrong token when a chat
+    ends with a token equal to the pad token (tokenizers whose pad is eos); without input ids it
+    pools the last column, which left padding makes every sequence's last token.
     """
 
     kind = "reward_model"
 
-    def __init__(self, model_dir: str | os.PathLike, *, dtype: str, device: str) -> None:
+    def __init__(
+        self, model_dir: str | os.PathLike, *, dtype: str, device: str, batch_size: int = 1
+    ) -> None:
         from transformers import AutoModelForSequenceClassification
 
         folder = check_hf_folder(model_dir, "reward model")
         self.tokenizer = load_hf_tokenizer(folder, "reward model")
         self.device = resolve_device(device, setting="reward model device")
+        self.batch_size = batch_size
         self.model = AutoModelForSequenceClassification.from_pretrained(
             str(folder), dtype=DTYPES[dtype]
         ).to(self.device)
@@ -276,31 +352,56 @@ class RewardModelReward:
                 f"reward model {folder} has {self.model.config.num_labels} labels; a reward "
                 "model has one (a scalar score)"
             )
+        text_config = self.model.config.get_text_config()
+        # Never compared with the inputs (embeddings are passed), but transformers refuses a
+        # batch of more than one sequence without it.
+        if text_config.pad_token_id is None:
+            text_config.pad_token_id = 0
+        self.pad_id = text_config.pad_token_id
+        self.context = model_context(self.model)
 
     @torch.no_grad()
-    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
-        scores = []
-        with Progress(len(exchanges), "reward model", unit="completions") as progress:
-            for ex in exchanges:
-                ids = render_chat(
-                    self.tokenizer,
-                    ex.conversation(),
-                    add_generation_prompt=False,
-                    where=f"prompt {ex.prompt_id}",
-                )
-                logits = self.model(torch.tensor([ids], device=self.device)).logits
-                scores.append(float(logits[0, 0].float()))
-                progress.update()
+    def score(self, exchanges: Sequence[Exchange], progress: Progress | None = None) -> list[float]:
+        scores: list[float] = []
+        embed = self.model.get_input_embeddings()
+        with _progress(progress, len(exchanges), "reward model") as progress:
+            for batch in _batches(len(exchanges), self.batch_size):
+                chats = []
+                for i in batch:
+                    ex = exchanges[i]
+                    ids = render_chat(
+                        self.tokenizer,
+                        ex.conversation(),
+                        add_generation_prompt=False,
+                        where=f"prompt {ex.prompt_id}",
+                    )
+                    check_context(ids, self.context, "reward model", ex.prompt_id)
+                    chats.append(ids)
+                ids, mask, positions = left_padded(chats, self.pad_id)
+                logits = self.model(
+                    inputs_embeds=embed(ids.to(self.device)),
+                    attention_mask=mask.to(self.device),
+                    position_ids=positions.to(self.device),
+                    use_cache=False,
+                ).logits
+                scores.extend(float(v) for v in logits[:, 0].float().cpu())
+                progress.update(len(batch))
         return scores
 
 
 # --- LLM judge -------------------------------------------------------------------------------
 
 
-def judge_prompt(rubric: str, messages: Sequence[Mapping[str, str]], answer: str) -> str:
-    """The judge's user message: the rubric, the conversation so far and the answer."""
+def judge_prompt(
+    rubric: str,
+    messages: Sequence[Mapping[str, str]],
+    answer: str,
+    template: str = JUDGE_TEMPLATE,
+) -> str:
+    """The judge's user message: `template` (:data:`JUDGE_TEMPLATE` or a ``template_file``)
+    filled with the rubric, the conversation so far and the answer."""
     conversation = "\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages)
-    return JUDGE_TEMPLATE.format(rubric=rubric, conversation=conversation, answer=answer)
+    return template.format(rubric=rubric, conversation=conversation, answer=answer)
 
 
 def rating_probabilities(
@@ -351,12 +452,23 @@ def expected_rating(probabilities: Mapping[int, float]) -> float:
 
 
 class JudgeReward:
-    """A causal LM rating answers 1-10 by a rubric; the score is its expected rating."""
+    """A causal LM rating answers 1-10 by a rubric; the score is its expected rating.
+
+    `batch_size` prompts per forward pass: every prompt is extended by each token prefix of a
+    multi-token rating ("1" of "10"), and all these sequences, left-padded, share the batches;
+    the log-probabilities of the next token after each are read from the last column."""
 
     kind = "judge"
 
     def __init__(
-        self, model_dir: str | os.PathLike, *, rubric: str, dtype: str, device: str
+        self,
+        model_dir: str | os.PathLike,
+        *,
+        rubric: str,
+        dtype: str,
+        device: str,
+        template: str = JUDGE_TEMPLATE,
+        batch_size: int = 1,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -368,35 +480,67 @@ class JudgeReward:
         )
         self.model.eval()
         self.rubric = rubric
+        self.template = template
+        self.batch_size = batch_size
+        self.context = model_context(self.model)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else 0
         self.rating_tokens = {
             r: self.tokenizer.encode(str(r), add_special_tokens=False) for r in RATINGS
         }
         empty = [r for r, t in self.rating_tokens.items() if not t]
         if empty or len({tuple(t) for t in self.rating_tokens.values()}) != len(RATINGS):
             raise ApertusError(f"judge {folder}: its tokenizer does not tell the ratings apart")
-
-    @torch.no_grad()
-    def _next_token_logprobs(self, ids: list[int], prefix: tuple[int, ...]) -> torch.Tensor:
-        tokens = torch.tensor([ids + list(prefix)], device=self.device)
-        return torch.log_softmax(self.model(tokens).logits[0, -1].float(), dim=-1).cpu()
-
-    def prompt_ids(self, ex: Exchange) -> list[int]:
-        message = {"role": "user", "content": judge_prompt(self.rubric, ex.messages, ex.completion)}
-        return render_chat(
-            self.tokenizer, [message], add_generation_prompt=True, where=f"prompt {ex.prompt_id}"
+        # The prefixes after which the judge's next-token distribution is read.
+        self.prefixes = sorted(
+            {tuple(t[:i]) for t in self.rating_tokens.values() for i in range(len(t))}
         )
 
-    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
-        scores = []
-        with Progress(len(exchanges), "judge", unit="completions") as progress:
-            for ex in exchanges:
-                ids = self.prompt_ids(ex)
-                probs = rating_probabilities(
-                    self.rating_tokens,
-                    lambda prefix, ids=ids: self._next_token_logprobs(ids, prefix),
-                )
-                scores.append(expected_rating(probs))
-                progress.update()
+    @torch.no_grad()
+    def _last_logprobs(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """log-softmax of the next token after each sequence (rows), in float32 on the CPU."""
+        ids, mask, positions = left_padded(sequences, self.pad_id)
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=False,
+            logits_to_keep=1,
+        ).logits
+        return torch.log_softmax(logits[:, -1].float(), dim=-1).cpu()
+
+    def prompt_ids(self, ex: Exchange) -> list[int]:
+        text = judge_prompt(self.rubric, ex.messages, ex.completion, self.template)
+        return render_chat(
+            self.tokenizer,
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            where=f"prompt {ex.prompt_id}",
+        )
+
+    def score(self, exchanges: Sequence[Exchange], progress: Progress | None = None) -> list[float]:
+        scores: list[float] = []
+        longest = max(len(t) for t in self.rating_tokens.values())
+        with _progress(progress, len(exchanges), "judge") as progress:
+            for batch in _batches(len(exchanges), self.batch_size):
+                prompts = []
+                for i in batch:
+                    ids = self.prompt_ids(exchanges[i])
+                    # The longest rating is read token by token after the prompt.
+                    check_context(
+                        ids + [0] * (longest - 1), self.context, "judge", exchanges[i].prompt_id
+                    )
+                    prompts.append(ids)
+                rows = [ids + list(prefix) for ids in prompts for prefix in self.prefixes]
+                logprobs = self._last_logprobs(rows)
+                for k in range(len(prompts)):
+                    table = {
+                        prefix: logprobs[k * len(self.prefixes) + j]
+                        for j, prefix in enumerate(self.prefixes)
+                    }
+                    probs = rating_probabilities(self.rating_tokens, table.__getitem__)
+                    scores.append(expected_rating(probs))
+                progress.update(len(batch))
         return scores
 
 
@@ -427,28 +571,72 @@ def build_reward(
     if cfg.kind == "chrf":
         return ChrfReward(cfg.char_order, cfg.word_order, cfg.beta)
     if cfg.kind == "reward_model":
-        return RewardModelReward(cfg.model, dtype=cfg.dtype, device=cfg.device)
-    rubric = load_rubric(cfg, where)
-    return JudgeReward(cfg.model, rubric=rubric, dtype=cfg.dtype, device=cfg.device)
+        return RewardModelReward(
+            cfg.model, dtype=cfg.dtype, device=cfg.device, batch_size=cfg.batch_size
+        )
+    return JudgeReward(
+        cfg.model,
+        rubric=load_rubric(cfg, where),
+        template=load_judge_template(cfg, where),
+        dtype=cfg.dtype,
+        device=cfg.device,
+        batch_size=cfg.batch_size,
+    )
+
+
+def load_judge_template(cfg: RewardConfig, where: str) -> str:
+    """The judge's prompt: the text of ``template_file`` or :data:`JUDGE_TEMPLATE`, refused
+    unless it is a format string with exactly the fields :data:`JUDGE_TEMPLATE_FIELDS`."""
+    if cfg.template_file is None:
+        return JUDGE_TEMPLATE
+    path = shipped_path(cfg.template_file)
+    if not path.is_file():
+        raise ApertusError(f"{where}.template_file {path} does not exist")
+    template = path.read_text(encoding="utf-8")
+    try:
+        found = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as e:
+        raise ApertusError(f"{where}.template_file {path}: not a format string ({e})") from None
+    if found != set(JUDGE_TEMPLATE_FIELDS):
+        raise ApertusError(
+            f"{where}.template_file {path}: a judge template has the fields "
+            f"{', '.join('{' + f + '}' for f in JUDGE_TEMPLATE_FIELDS)} (found "
+            f"{', '.join(sorted('{' + f + '}' for f in found)) or 'none'}; write a literal "
+            "brace as {{ or }})"
+        )
+    return template
 
 
 def rubric_files(
     reward: RewardConfig, routes: Mapping[str, RewardConfig] | None = None
 ) -> list[Path]:
-    """The rubric files the rewards read (as a step finds them: :func:`shipped_path`), each
-    once, for a step's inputs (the manifest hashes them)."""
-    files = [reward.rubric_file, *(cfg.rubric_file for cfg in (routes or {}).values())]
+    """The files the rewards read, rubrics and judge templates (as a step finds them:
+    :func:`shipped_path`), each once, for a step's inputs (the manifest hashes them)."""
+    configs = [reward, *(routes or {}).values()]
+    files = [f for cfg in configs for f in (cfg.rubric_file, cfg.template_file)]
     return list(dict.fromkeys(shipped_path(f) for f in files if f is not None))
+
+
+def _file_sha256(name: str | None) -> str | None:
+    path = shipped_path(name) if name is not None else None
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path and path.is_file() else None
 
 
 def describe_reward(cfg: RewardConfig) -> dict[str, Any]:
     """A reward's config as recorded, with ``rubric_sha256``, the SHA-256 of its rubric file's
-    bytes (null without one): the file may change while its path in the config does not."""
+    bytes (null without one): the file may change while its path in the config does not; and
+    for a judge ``template_sha256``, that of its template file's bytes, else of the built-in
+    :data:`JUDGE_TEMPLATE`'s UTF-8 text (null for other rewards)."""
     record: dict[str, Any] = asdict(cfg)
-    path = shipped_path(cfg.rubric_file) if cfg.rubric_file is not None else None
-    record["rubric_sha256"] = (
-        hashlib.sha256(path.read_bytes()).hexdigest() if path and path.is_file() else None
-    )
+    record["rubric_sha256"] = _file_sha256(cfg.rubric_file)
+    template = None
+    if cfg.kind == "judge":
+        template = _file_sha256(cfg.template_file) or (
+            hashlib.sha256(JUDGE_TEMPLATE.encode()).hexdigest()
+            if cfg.template_file is None
+            else None
+        )
+    record["template_sha256"] = template
     return record
 
 
@@ -491,6 +679,7 @@ class RewardsByCategory:
             cfg.check(f"{where}.{route}")
             if cfg.kind == "judge":
                 load_rubric(cfg, f"{where}.{route}")
+                load_judge_template(cfg, f"{where}.{route}")
             self.configs[route] = cfg
         self.where = where
         self.loaded: dict[str, Reward] = {}
@@ -511,15 +700,23 @@ class RewardsByCategory:
             self.built.append(route)
         return self.loaded[route]
 
-    def score(self, exchanges: Sequence[Exchange]) -> list[float]:
+    def score(self, exchanges: Sequence[Exchange], progress: Progress | None = None) -> list[float]:
         by_route: dict[str, list[int]] = {}
         for i, ex in enumerate(exchanges):
             by_route.setdefault(self.route(ex.category), []).append(i)
         scores: list[float] = [math.nan] * len(exchanges)
         for route, indices in by_route.items():
-            for i, value in zip(
-                indices, self.reward(route).score([exchanges[i] for i in indices]), strict=True
-            ):
+            batch = [exchanges[i] for i in indices]
+            reward = self.reward(route)
+            # A reward written elsewhere (a test's) may not take `progress`.
+            values = reward.score(batch) if progress is None else reward.score(batch, progress)
+            for i, value in zip(indices, values, strict=True):
+                if not math.isfinite(value):
+                    # A NaN would make every quantile of its prompt meaningless.
+                    raise ApertusError(
+                        f"prompt {exchanges[i].prompt_id}: the reward {self.where}.{route} "
+                        f"gives {value} to one of its completions (a reward is a finite number)"
+                    )
                 scores[i] = value
         return scores
 

@@ -12,11 +12,13 @@ spec.json, and `trainer_config` here maps each of its fields to torchtitan's con
 The components, one file each (torchtitan's ``components/`` layout):
 - the model: `apertus.model.spec.model_spec` (`apertus.model.parallelize` for FSDP/TP);
 - data: `apertus.train.dataloader.PhaseDataLoader` (pretraining, long context; the EOD and
-  Goldfish loss masks), `apertus.train.sft_loader.SFTDataLoader` (SFT), and
+  Goldfish loss masks), `apertus.train.sft_loader.SFTDataLoader` (SFT),
+  `apertus.train.qrpo_loader.QRPODataLoader` with `apertus.train.qrpo_loss.QRPOLoss` (QRPO), and
   `apertus.train.pretokenized.PretokenizedVocabulary` in the tokenizer slot;
 - `apertus.train.optimizer` (AdEMAMix), `apertus.train.lr_scheduler` (WSD, constant, linear),
   `apertus.train.metrics` (JSON Lines, TensorBoard, W&B, progress), `apertus.train.checkpoint`
-  (finite-only DCP checkpoints), `apertus.train.trainer` (batch ramp, early stop);
+  (finite-only DCP checkpoints), `apertus.train.trainer` (batch ramp, early stop; QRPO's
+  per-row extras);
 - on the CPU, `apertus.train.cpu_workarounds` (its docstring lists each workaround).
 
 Only this module imports the components together; nothing in the package imports it.
@@ -49,9 +51,11 @@ from apertus.train.lr_scheduler import RecipeLRSchedulers
 from apertus.train.metrics import ApertusMetrics
 from apertus.train.optimizer import ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
+from apertus.train.qrpo_loader import QRPODataLoader
+from apertus.train.qrpo_loss import QRPOLoss
 from apertus.train.run_spec import SPEC_ENV, RunSpec, load_run_spec, preflight
 from apertus.train.sft_loader import SFTDataLoader
-from apertus.train.trainer import ApertusTrainer
+from apertus.train.trainer import ApertusTrainer, QRPOTrainer
 
 __all__ = ["from_spec", "trainer_config"]
 
@@ -86,7 +90,14 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
             f"(flavor {spec.flavor!r}); raise it in model_overrides"
         )
     data_dir = checked.data_dir
-    if checked.sft is not None:
+    if spec.qrpo is not None:
+        dataloader = QRPODataLoader.Config(
+            sft_dir=str(data_dir),
+            seed=spec.seed,
+            epochs=spec.sft_epochs,
+            step_completions=spec.global_batch,
+        )
+    elif checked.sft is not None:
         dataloader = SFTDataLoader.Config(
             sft_dir=str(data_dir), seed=spec.seed, epochs=spec.sft_epochs
         )
@@ -112,7 +123,13 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
     }[spec.activation_checkpoint]
     opt = spec.ademamix
     ramp = spec.ramp()
-    return ApertusTrainer.Config(
+    trainer = QRPOTrainer if spec.qrpo is not None else ApertusTrainer
+    loss = (
+        QRPOLoss.Config(beta_kl=spec.qrpo.beta_kl, max_beta=spec.qrpo.max_beta)
+        if spec.qrpo is not None
+        else CrossEntropyLoss.Config(global_vocab_size=model_config.vocab_size)
+    )
+    return trainer.Config(
         ramp_batch=ramp.batch if spec.batch_ramp else 0,
         ramp_switch_step=ramp.switch_step,
         model_spec=model,
@@ -195,7 +212,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
         # No NCCL flight recorder on gloo.
         comm=CommConfig(trace_buf_size=0) if device == "cpu" else CommConfig(),
         debug=DebugConfig(seed=spec.seed),
-        loss=CrossEntropyLoss.Config(global_vocab_size=model_config.vocab_size),
+        loss=loss,
     )
 
 

@@ -65,6 +65,12 @@ completion-only labels (`apertus.train.sft_loader.SFTDataLoader`), shuffled per 
 times the epochs); `seq_len` must be the data's `max_len`, Goldfish must be off. The recipe's
 SFT values (linear LR, AdEMAMix beta3 0.999 and T = steps, no weight decay, clip 1.0) are set by
 `apertus.posttrain.sft.sft_run_spec`.
+
+QRPO (RECIPE.md §7): `qrpo` (`QRPOSpec`: beta_kl, max_beta) with `sft_data` naming a QRPO data
+directory (`apertus.train.qrpo_loader`: SFT rows plus each completion's reference log-prob and
+quantile reward) trains with QRPO's loss (`apertus.train.qrpo_loss`) in `apertus.train.trainer.
+QRPOTrainer`; each epoch is ceil(rows / global_batch) steps, the last filled up with weight-0
+rows. Set by `apertus.posttrain.qrpo_train.qrpo_run_spec`.
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ __all__ = [
     "GoldfishSpec",
     "LRSpec",
     "Preflight",
+    "QRPOSpec",
     "RunSpec",
     "TrainingSettings",
     "WandbSpec",
@@ -256,6 +263,21 @@ class CheckpointSpec:
 
 
 @dataclass(frozen=True)
+class QRPOSpec:
+    """QRPO (RECIPE.md §7) on `RunSpec.sft_data` written by
+    `apertus.train.qrpo_loader.write_qrpo_data`: the loss is QRPO's regression, averaged over
+    the completions of each step (`global_batch` of them, the last step of an epoch the rest)."""
+
+    beta_kl: float = 5.0
+    max_beta: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("beta_kl", "max_beta"):
+            value = getattr(self, name)
+            _check(is_number(value) and value > 0, f"qrpo.{name} must be a number > 0")
+
+
+@dataclass(frozen=True)
 class BatchRampSpec:
     """The global batch from the step that starts with `at_tokens` tokens seen (RECIPE.md §4)."""
 
@@ -396,6 +418,8 @@ class RunSpec(TrainingSettings):
     """An SFT data directory (apertus.posttrain.sft_data): supervised fine-tuning."""
     sft_epochs: int = 1
     """Passes over the SFT rows (RECIPE.md §7: 1)."""
+    qrpo: QRPOSpec | None = None
+    """QRPO instead of SFT on `sft_data` (a QRPO data directory; RECIPE.md §7)."""
     model_overrides: dict[str, Any] = field(default_factory=dict)
     tensorboard: bool = False
     activation_checkpoint: str = "none"
@@ -434,6 +458,12 @@ class RunSpec(TrainingSettings):
             )
         else:
             _check(self.sft_epochs == 1, "sft_epochs applies to sft_data only")
+            _check(self.qrpo is None, "qrpo needs its data in sft_data")
+        if self.qrpo is not None:
+            _check(
+                self.context_parallel == 1 and self.batch_ramp is None,
+                "qrpo runs without context_parallel and batch_ramp",
+            )
         for name in ("seq_len", "global_batch", "steps"):
             value = getattr(self, name)
             _check(
@@ -762,6 +792,10 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     if spec.sft_data is not None:
         sft_dir = Path(spec.sft_data).absolute()
         sft = read_sft_record(sft_dir)
+        if spec.qrpo is not None and not sft.get("qrpo"):
+            raise ApertusError(
+                f"{sft_dir}: SFT data, not QRPO data (apertus.train.qrpo_loader.write_qrpo_data)"
+            )
         if sft["max_len"] != spec.seq_len:
             raise ApertusError(
                 f"{sft_dir}: rows were made for max_len {sft['max_len']}, the run's seq_len is "
@@ -809,7 +843,10 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
         )
     needed = ramp.sequences(first_step, spec.steps)
     if sft is not None:
-        samples = sft["examples"] * spec.sft_epochs
+        examples = sft["examples"]
+        if spec.qrpo is not None:  # the last step of an epoch is filled up (qrpo_loader)
+            examples = -(-examples // spec.global_batch) * spec.global_batch
+        samples = examples * spec.sft_epochs
         if samples < needed:
             raise ApertusError(
                 f"{sft_dir}: {sft['examples']} rows x {spec.sft_epochs} epoch(s) = {samples} "

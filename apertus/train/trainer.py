@@ -1,5 +1,6 @@
 """The trainer: torchtitan's `Trainer` with the global-batch ramp of RECIPE.md §4 and the early stop
-of `apertus.train.early_stop` (`ApertusTrainer`).
+of `apertus.train.early_stop` (`ApertusTrainer`), and its QRPO variant (`QRPOTrainer`, RECIPE.md
+§7), whose loss is a mean over completions (`apertus.train.qrpo_loss`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from apertus.core import ApertusError
 from apertus.train.checkpoint import FiniteCheckpointManager
 from apertus.train.early_stop import STOPPED_FILE, TIME_LIMIT, StopRequest
 from apertus.train.metrics import ApertusMetrics
+from apertus.train.qrpo_loss import QRPO_ROW_KEYS, STATISTICS, QRPOLoss
 from apertus.train.schedule import BatchRamp
 
 
@@ -119,3 +121,54 @@ class ApertusTrainer(Trainer):
         if isinstance(self.metrics_processor, ApertusMetrics):
             self.metrics_processor.global_batch = batch
         super().train_step(data_iterator)
+
+
+class QRPOTrainer(ApertusTrainer):
+    """`ApertusTrainer` for QRPO (RECIPE.md §7): the micro-batches of
+    `apertus.train.qrpo_loader.QRPODataLoader` carry per-row extras (reference log-prob,
+    quantile reward, weight in the step) that are no model inputs; they go to the loss
+    (`apertus.train.qrpo_loss.QRPOLoss.set_rows`) instead of the model's forward. Each logged
+    step adds the step's mean ``quantile_reward``, ``log_ratio`` and ``beta`` (over its
+    completions, all ranks) and its ``completions``; the first step of a run also
+    ``initial_abs_log_ratio_per_token``, the untrained policy's mean |log pi - log pi_ref| per
+    completion token (a large value means the reference log-probs came from other weights)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(ApertusTrainer.Config):
+        pass
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        if self.parallel_dims.cp_enabled or self.parallel_dims.pp_enabled:
+            raise ApertusError("QRPO runs with data and tensor parallelism only")
+        # torchtitan logs from inside train_step; the step's QRPO statistics join its record.
+        log = self.metrics_processor.log
+
+        def log_with_statistics(step, loss, max_loss, grad_norm, extra_metrics=None):
+            extra = {**(extra_metrics or {}), **self._statistics(step)}
+            log(step, loss, max_loss, grad_norm, extra_metrics=extra)
+
+        self.metrics_processor.log = log_with_statistics
+
+    def _statistics(self, step: int) -> dict[str, float]:
+        assert isinstance(self.loss_fn, QRPOLoss)
+        sums = self.loss_fn.take_statistics().to(self.device)
+        if self.parallel_dims.dp_enabled:
+            # Summed over the data-parallel ranks only: tensor-parallel ranks share their rows.
+            dist.all_reduce(sums, group=self.parallel_dims.get_mesh("batch").get_group())
+        totals = dict(zip(STATISTICS, sums.tolist(), strict=True))
+        count = max(totals.pop("completions"), 1.0)
+        stats = {name: value / count for name, value in totals.items()}
+        per_token = stats.pop("abs_log_ratio_per_token")
+        stats["completions"] = int(count)
+        if step == 1:
+            stats["initial_abs_log_ratio_per_token"] = per_token
+        return stats
+
+    def post_dataloading_process(
+        self, input_dict: dict[str, torch.Tensor], labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        assert isinstance(self.loss_fn, QRPOLoss)
+        rows = {key: input_dict.pop(key) for key in QRPO_ROW_KEYS}
+        self.loss_fn.set_rows(rows)
+        return super().post_dataloading_process(input_dict, labels)

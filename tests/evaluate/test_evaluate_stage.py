@@ -173,6 +173,7 @@ def test_changing_the_export_dtype_reruns_exports_and_their_evaluations(default_
         "evaluate_table": 1,
         "posttrain_qrpo_sample": 1,
         "posttrain_qrpo_score": 1,
+        "posttrain_qrpo_score_shard": 1,
         "posttrain_heldout": 2,
         "posttrain_qrpo": 1,
         "posttrain_report": 1,

@@ -132,7 +132,8 @@ def test_each_prompt_is_scored_by_its_categorys_reward(models):
     for ex, score in zip(exs, scores, strict=True):
         kind = "judge" if ex.category == "controversial" else "reward_model"
         (want,) = direct[kind].score([ex])
-        assert score == pytest.approx(want, abs=1e-6), (ex.prompt_id, kind)
+        # Scored in a padded batch vs alone: float32 rounding of other matrix shapes.
+        assert score == pytest.approx(want, abs=1e-5), (ex.prompt_id, kind)
         if kind == "judge":
             assert 1 <= score <= 10
     # The judge is not the reward model: scoring the controversial prompt with the reward
@@ -207,7 +208,7 @@ def test_score_step_scores_every_sample_of_a_prompt_with_its_categorys_reward(sc
         p = prompts[sample["prompt_id"]]
         kind = "judge" if p.category == "controversial" else "reward_model"
         ex = Exchange(p.id, p.messages, sample["text"], p.reference, p.category)
-        assert record["reward"] == pytest.approx(direct[kind].score([ex])[0], abs=1e-6)
+        assert record["reward"] == pytest.approx(direct[kind].score([ex])[0], abs=1e-5)
         # Its reference rewards are those of its prompt's samples, all by the same reward.
         siblings = [r["reward"] for r in records if r["prompt_id"] == p.id]
         assert record["reference_rewards"] == siblings
@@ -250,7 +251,7 @@ def test_heldout_and_report_route_the_same_way(scored, models):
         p = prompts[pid]
         kind = "judge" if p.category == "controversial" else "reward_model"
         ex = Exchange(p.id, p.messages, entry["answer"], p.reference, p.category)
-        assert entry["reward"] == pytest.approx(direct[kind].score([ex])[0], abs=1e-6)
+        assert entry["reward"] == pytest.approx(direct[kind].score([ex])[0], abs=1e-5)
     assert set(result["greedy"]["per_category"]) == {"standard", "controversial", "trivia"}
     assert result["rewards"]["categories"]["trivia"] == {"prompts": 1, "reward": "reward"}
     run_step(

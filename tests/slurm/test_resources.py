@@ -25,6 +25,7 @@ CPU_RULES = {
     "posttrain_instructions",
     "posttrain_sft_data",
     "posttrain_report",
+    "posttrain_qrpo_score",  # the merge of the scored shards
     "evaluate_tasks",
     "evaluate_table",
 }
@@ -147,6 +148,12 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
         # Exports and the held-out reward evaluation take the evaluation resources.
         if job.rule == "posttrain_heldout":
             stage = "evaluate"
+        # QRPO's sampling and scoring take resources of their own (one GPU per shard job).
+        sample_or_score = {
+            "posttrain_qrpo_sample": "posttrain_sample",
+            "posttrain_qrpo_score_shard": "posttrain_score",
+        }
+        stage = sample_or_score.get(job.rule, stage)
         entry = res.get({"export": "evaluate"}.get(stage, stage)) or res["default"]
         assert options[options.index("-t") + 1] == str(entry["runtime"]), job.rule
         assert options[options.index("-p") + 1] == entry["slurm_partition"], job.rule

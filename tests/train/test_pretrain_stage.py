@@ -25,6 +25,7 @@ POSTTRAIN_JOBS = {
     "posttrain_sft": 1,
     "posttrain_qrpo_sample": 1,
     "posttrain_qrpo_score": 1,
+    "posttrain_qrpo_score_shard": 1,
     "posttrain_qrpo": 1,
     "posttrain_heldout": 2,
     "posttrain_report": 1,

@@ -181,9 +181,19 @@ def stage_subconfig(stage, key):
     return lambda wildcards: text
 
 
+# Resource entries that fall back to another stage's before `default`.
+RESOURCE_FALLBACK = {"posttrain_sample": "posttrain", "posttrain_score": "posttrain"}
+
+
 def stage_resources(stage):
-    """Resources of one job of `stage`: its entry in config `resources`, else `default`."""
-    return config["resources"].get(stage) or config["resources"]["default"]
+    """Resources of one job of `stage`: its entry in config `resources`, else the entry it
+    falls back to (RESOURCE_FALLBACK), else `default`."""
+    resources = config["resources"]
+    return (
+        resources.get(stage)
+        or resources.get(RESOURCE_FALLBACK.get(stage, ""))
+        or resources["default"]
+    )
 
 
 def stage_threads(stage):

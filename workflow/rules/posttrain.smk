@@ -18,17 +18,23 @@ POSTTRAIN_REPLAY_PHASE = (
     if POSTTRAIN_REPLAY["documents"]
     else []
 )
-# The judges' rubric files (posttrain.qrpo_data.reward and rewards_by_category, e.g. the Swiss
-# AI Charter): inputs of the steps that score, so editing a rubric re-runs them. Found as the
-# steps find them (apertus.core.config.shipped_path: the working directory, else the checkout).
+# QRPO's prompt shards (posttrain.qrpo_data.shards) and where a killed shard job's finished
+# prompts wait for its re-run.
+POSTTRAIN_QRPO_SHARDS = [str(k) for k in range(POSTTRAIN["qrpo_data"]["shards"])]
+POSTTRAIN_QRPO_WORK = stage_path("posttrain", "_work")
+# The judges' files (posttrain.qrpo_data.reward and rewards_by_category: rubrics, e.g. the Swiss
+# AI Charter, and prompt templates): inputs of the steps that score, so editing one re-runs
+# them. Found as the steps find them (apertus.core.config.shipped_path: the working directory,
+# else the checkout).
 POSTTRAIN_RUBRICS = sorted(
     {
-        str(shipped_path(reward["rubric_file"]))
+        str(shipped_path(reward[key]))
         for reward in [
             POSTTRAIN["qrpo_data"]["reward"],
             *POSTTRAIN["qrpo_data"]["rewards_by_category"].values(),
         ]
-        if reward["rubric_file"]
+        for key in ("rubric_file", "template_file")
+        if reward[key]
     }
 )
 
@@ -107,34 +113,85 @@ rule posttrain_sft:
         " --work-root {params.work_root} > {log} 2>&1"
 
 
+# QRPO's data in shards of prompts (posttrain.qrpo_data.shards; a prompt's shard is a hash of its
+# id, and its samples do not depend on the number of shards): one sampling job and one scoring
+# job per shard, one model at a time on resources.posttrain_sample and posttrain_score (other
+# nodes than training's may serve them), then a local merge into qrpo_scored/ (what QRPO
+# training reads). A killed shard job re-run keeps the prompts it had
+# finished: they wait in _work/, which Snakemake does not clear.
 rule posttrain_qrpo_sample:
     input:
         model=stage_path("export", "sft"),
         instructions=POSTTRAIN_INSTRUCTIONS,
     output:
-        out=directory(stage_path("posttrain", "qrpo_samples")),
-        manifest=stage_path("posttrain", "qrpo_samples.manifest.json"),
+        out=directory(stage_path("posttrain", "qrpo_samples", "shard-{shard}")),
+        manifest=stage_path("posttrain", "qrpo_samples", "shard-{shard}.manifest.json"),
     log:
-        log_path("posttrain", "qrpo_samples"),
+        log_path("posttrain", "qrpo_samples-{shard}"),
     benchmark:
-        benchmark_path("posttrain", "qrpo_samples")
+        benchmark_path("posttrain", "qrpo_samples-{shard}")
+    wildcard_constraints:
+        shard=r"\d+",
     priority: 10  # the critical path, as pretraining
-    threads: stage_threads("posttrain")
+    threads: stage_threads("posttrain_sample")
     resources:
-        **stage_job_resources("posttrain"),
+        **stage_job_resources("posttrain_sample"),
     params:
         code=step_code("apertus.posttrain.sampling"),
         config=stage_subconfig("posttrain", "qrpo_data"),
+        work_dir=lambda wildcards: os.path.join(
+            POSTTRAIN_QRPO_WORK, "qrpo_samples", f"shard-{wildcards.shard}"
+        ),
     shell:
         "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling sample"
         " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
-        " --prompts {input.instructions}/qrpo.jsonl --output {output.out} > {log} 2>&1"
+        " --prompts {input.instructions}/qrpo.jsonl --shard {wildcards.shard}"
+        " --work-dir {params.work_dir} --output {output.out} > {log} 2>&1"
 
 
-rule posttrain_qrpo_score:
+rule posttrain_qrpo_score_shard:
     input:
         model=stage_path("export", "sft"),
         samples=rules.posttrain_qrpo_sample.output.out,
+        instructions=POSTTRAIN_INSTRUCTIONS,
+        rubrics=POSTTRAIN_RUBRICS,
+    output:
+        out=directory(stage_path("posttrain", "qrpo_scored_shards", "shard-{shard}")),
+        manifest=stage_path(
+            "posttrain", "qrpo_scored_shards", "shard-{shard}.manifest.json"
+        ),
+    log:
+        log_path("posttrain", "qrpo_scored-{shard}"),
+    benchmark:
+        benchmark_path("posttrain", "qrpo_scored-{shard}")
+    wildcard_constraints:
+        shard=r"\d+",
+    priority: 10  # the critical path, as pretraining
+    threads: stage_threads("posttrain_score")
+    resources:
+        **stage_job_resources("posttrain_score"),
+    params:
+        code=step_code("apertus.posttrain.sampling"),
+        config=stage_subconfig("posttrain", "qrpo_data"),
+        work_dir=lambda wildcards: os.path.join(
+            POSTTRAIN_QRPO_WORK, "qrpo_scored", f"shard-{wildcards.shard}"
+        ),
+    shell:
+        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling score"
+        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
+        " --samples {input.samples} --prompts {input.instructions}/qrpo.jsonl"
+        " --shard {wildcards.shard} --work-dir {params.work_dir} --output {output.out}"
+        " > {log} 2>&1"
+
+
+# The scored shards joined in prompt order: completions.jsonl and rewards.json as one job would
+# write them (the rule keeps its name and output, so QRPO training is unchanged).
+rule posttrain_qrpo_score:
+    input:
+        scored=expand(
+            stage_path("posttrain", "qrpo_scored_shards", "shard-{shard}"),
+            shard=POSTTRAIN_QRPO_SHARDS,
+        ),
         instructions=POSTTRAIN_INSTRUCTIONS,
         rubrics=POSTTRAIN_RUBRICS,
     output:
@@ -145,19 +202,24 @@ rule posttrain_qrpo_score:
     benchmark:
         benchmark_path("posttrain", "qrpo_scored")
     priority: 10  # the critical path, as pretraining
-    threads: stage_threads("posttrain")
+    # Not a cluster job: files are read and written in order, no model is loaded.
+    localrule: True
+    threads: 1
     resources:
-        **stage_job_resources("posttrain"),
+        # CPU work: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
     params:
         code=step_code("apertus.posttrain.sampling"),
         config=stage_subconfig("posttrain", "qrpo_data"),
+        scored=lambda wildcards, input: " ".join(f"--scored {d}" for d in input.scored),
     shell:
-        "OMP_NUM_THREADS={threads} python -m apertus.posttrain.sampling score"
-        " --config {params.config:q} --manifest {output.manifest} --model {input.model}"
-        " --samples {input.samples} --prompts {input.instructions}/qrpo.jsonl"
-        " --output {output.out} > {log} 2>&1"
+        "python -m apertus.posttrain.sampling merge --config {params.config:q}"
+        " --manifest {output.manifest} --prompts {input.instructions}/qrpo.jsonl"
+        " {params.scored} --output {output.out} > {log} 2>&1"
 
 
+# QRPO on the torchtitan trainer of SFT (posttrain.qrpo.nproc processes, FSDP): resumable from
+# its last checkpoint in _work/, as SFT; the completions become a QRPO data directory there.
 rule posttrain_qrpo:
     input:
         sft=rules.posttrain_sft.output.out,
