@@ -438,6 +438,6 @@ def _sft_arithmetic(config: Mapping[str, Any]) -> list[str]:
         {"posttrain.sft.global_batch": sft["global_batch"]},
         micro_batch=math.gcd(sft["micro_batch"], sft["global_batch"]),
         nproc=("posttrain.sft.nproc", sft["nproc"]),
-        nnodes=None,
+        nnodes=("posttrain.sft.nnodes", sft["nnodes"]) if sft["nnodes"] > 1 else None,
         tensor_parallel=1,
     )

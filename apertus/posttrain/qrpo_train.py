@@ -151,6 +151,8 @@ class QRPOConfig(Config, key="posttrain.qrpo"):
     dtype: str
     checkpoint_interval: int
     nproc: int
+    nnodes: int
+    activation_checkpoint: str
     tensor_parallel: int
     ademamix: AdemamixOptions
 
@@ -175,24 +177,35 @@ class QRPOConfig(Config, key="posttrain.qrpo"):
             raise ApertusError(f"{where}.dtype must be float32 or bfloat16, got {self.dtype!r}")
         _check_int(self.checkpoint_interval, f"{where}.checkpoint_interval", low=1)
         _check_int(self.nproc, f"{where}.nproc", low=1)
+        _check_int(self.nnodes, f"{where}.nnodes", low=1)
         _check_int(self.tensor_parallel, f"{where}.tensor_parallel", low=1)
+        if self.activation_checkpoint not in ("none", "full", "selective"):
+            raise ApertusError(
+                f"{where}.activation_checkpoint must be none, full or selective, got "
+                f"{self.activation_checkpoint!r}"
+            )
         if self.nproc % self.tensor_parallel:
             raise ApertusError(
                 f"{where}.tensor_parallel {self.tensor_parallel} does not divide nproc {self.nproc}"
             )
-        ranks = self.nproc // self.tensor_parallel
+        ranks = self.data_parallel
         micro = self.micro_batch or self.batch_size // ranks
         if micro < 1 or self.batch_size % (micro * ranks):
             raise ApertusError(
                 f"{where}.batch_size {self.batch_size} does not split into micro-batches of "
-                f"{micro} completions on {ranks} data-parallel rank(s) (micro_batch x nproc / "
-                "tensor_parallel must divide it)"
+                f"{micro} completions on {ranks} data-parallel rank(s) (micro_batch x nproc x "
+                "nnodes / tensor_parallel must divide it)"
             )
+
+    @property
+    def data_parallel(self) -> int:
+        """Data-parallel ranks: nproc x nnodes / tensor_parallel."""
+        return self.nproc * self.nnodes // self.tensor_parallel
 
     @property
     def rank_micro_batch(self) -> int:
         """Completions per forward pass and data-parallel rank."""
-        return self.micro_batch or self.batch_size // (self.nproc // self.tensor_parallel)
+        return self.micro_batch or self.batch_size // self.data_parallel
 
 
 def _check_number(
@@ -423,6 +436,7 @@ def qrpo_run_spec(cfg: QRPOConfig, data_dir: Path, sft: dict[str, Any]) -> RunSp
         dtype=cfg.dtype,
         device=cfg.device,
         tensor_parallel=cfg.tensor_parallel,
+        activation_checkpoint=cfg.activation_checkpoint,
         checkpoint=CheckpointSpec(
             interval=cfg.checkpoint_interval,
             initial=sft["final_checkpoint"],
@@ -497,6 +511,7 @@ def main(argv=None):
             work_root=args.work_dir,
             output=args.output,
             nproc=cfg.nproc,
+            nnodes=cfg.nnodes,
         )
         metrics = read_metrics(args.output / "metrics.jsonl")
         first = (

@@ -49,6 +49,9 @@ class SFTTrainingConfig(Config, key="posttrain.sft"):
     grad_clip: float
     checkpoint_interval: int
     nproc: int
+    nnodes: int
+    activation_checkpoint: str
+    dtype: str
     seed: int
     wandb: WandbSpec
     """Weights & Biases tracking of the run, as `pretrain.wandb` for the pretraining stages."""
@@ -83,6 +86,8 @@ def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]
         grad_clip=cfg.grad_clip,
         goldfish=GoldfishSpec(enabled=False),
         seed=cfg.seed,
+        dtype=cfg.dtype,
+        activation_checkpoint=cfg.activation_checkpoint,
         tensorboard=True,
         wandb=cfg.wandb,
         checkpoint=CheckpointSpec(
@@ -127,6 +132,7 @@ def main(argv=None):
             work_root=args.work_root,
             output=args.output,
             nproc=cfg.nproc,
+            nnodes=cfg.nnodes,
         )
         atomic_write_json(args.output / "run.json", record)
         step.summary.update({k: v for k, v in record.items() if k != "model_overrides"})

@@ -187,6 +187,14 @@ def test_post_training_is_recipe_section_7(preset):
         5.0,
         0.1,
     )
+    # Both trainings on GPU nodes in bf16, their batches split over all ranks (plan check).
+    for name in ("sft", "qrpo"):
+        stage = post[name]
+        assert stage["nproc"] == config["pretrain"]["nproc"] and stage["nnodes"] > 1
+        assert stage["dtype"] == "bfloat16"
+        assert stage["activation_checkpoint"] == ("full" if size == "70b" else "none")
+    ranks = post["qrpo"]["nproc"] * post["qrpo"]["nnodes"]
+    assert post["qrpo"]["batch_size"] % (post["qrpo"]["micro_batch"] * ranks) == 0
 
 
 def test_data_filters_are_recipe_section_5(preset):

@@ -100,7 +100,7 @@ rule posttrain_sft:
     priority: 10  # the critical path, as pretraining
     threads: stage_threads("posttrain")
     resources:
-        **stage_job_resources("posttrain"),
+        **stage_job_resources("posttrain", nodes=POSTTRAIN["sft"]["nnodes"]),
     params:
         code=step_code("apertus.posttrain.sft"),
         config=stage_subconfig("posttrain", "sft"),
@@ -234,7 +234,7 @@ rule posttrain_qrpo:
     priority: 10  # the critical path, as pretraining
     threads: stage_threads("posttrain")
     resources:
-        **stage_job_resources("posttrain"),
+        **stage_job_resources("posttrain", nodes=POSTTRAIN["qrpo"]["nnodes"]),
     params:
         code=step_code("apertus.posttrain.qrpo_train"),
         config=stage_subconfig("posttrain", "qrpo"),
