@@ -30,14 +30,14 @@ def test_every_step_of_the_default_run_but_the_local_rules_ran_as_a_slurm_job(
     # Recorded by the fixture right after the run: later tests re-run some steps locally.
     jobs = json.loads((default_run.parent / SLURM_JOBS).read_text())
     assert len(jobs) > 40
-    # The local rules (summaries, report, release folder) ran beside Snakemake, not in SLURM.
+    # The local rules (summaries, the merge of QRPO's scored shards, report, release folder)
+    # ran beside Snakemake, not in SLURM.
     local = {step for step, job in jobs.items() if job is None}
-    assert local and all(
-        re.search(
-            r"^e2e/(data/robots/|data/funnel|evaluate/table|posttrain/reward|report/|release)", step
-        )
-        for step in local
-    ), local
+    pattern = (
+        r"^e2e/(data/robots/|data/funnel|evaluate/table|posttrain/reward|posttrain/qrpo_scored\.|"
+        r"report/|release)"
+    )
+    assert local and all(re.search(pattern, step) for step in local), local
     submitted = [job for job in jobs.values() if job is not None]
     assert len(set(submitted)) == len(submitted)  # one job per other step
     # Training ran as an srun step of its job: torchrun with a c10d rendezvous.
