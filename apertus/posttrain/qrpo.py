@@ -34,6 +34,7 @@ __all__ = [
     "qrpo_squared_residuals",
     "quantile_rewards",
     "sequence_logprobs",
+    "summed_logprobs",
 ]
 
 # RECIPE.md §7: beta_KL = 5, and the length-normalised beta is capped at 0.1.
@@ -215,10 +216,19 @@ def sequence_logprobs(
         raise ValueError("completion_mask must be 0 at the first token: nothing predicts it")
     logits = _logits(model, input_ids, positions)
     # logits at position t predict the token at t + 1.
-    predicts = mask[:, 1:]
-    rows = predicts.nonzero()[:, 0]
-    selected = logits[:, :-1][predicts].float()
-    targets = input_ids[:, 1:][predicts]
-    token_logps = selected.gather(-1, targets[:, None]).squeeze(-1) - selected.logsumexp(-1)
-    zeros = torch.zeros(input_ids.shape[0], dtype=torch.float32, device=logits.device)
+    return summed_logprobs(logits[:, :-1], input_ids[:, 1:], mask[:, 1:])
+
+
+def summed_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, where: torch.Tensor
+) -> torch.Tensor:
+    """Per row [B] float32: the sum, over the positions where `where` [B, L] is true, of the
+    log-probability the logits [B, L, V] give the target token [B, L] there. The log-softmax is
+    taken at those positions only (a completion is a fraction of its row). The one place both
+    `sequence_logprobs` and the distributed trainer's loss (`apertus.train.qrpo_loss`) sum a
+    completion's log-probabilities."""
+    rows = where.nonzero()[:, 0]
+    selected = logits[where].float()
+    token_logps = selected.gather(-1, targets[where][:, None]).squeeze(-1) - selected.logsumexp(-1)
+    zeros = torch.zeros(where.shape[0], dtype=torch.float32, device=logits.device)
     return zeros.index_add(0, rows, token_logps)

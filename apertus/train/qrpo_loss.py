@@ -27,7 +27,13 @@ from torch.distributed.tensor import DTensor
 from torchtitan.components.loss import IGNORE_INDEX, BaseLoss, compute_logprobs
 from torchtitan.config import CompileConfig
 
-from apertus.posttrain.qrpo import BETA_KL, MAX_BETA, length_normalised_beta, qrpo_squared_residuals
+from apertus.posttrain.qrpo import (
+    BETA_KL,
+    MAX_BETA,
+    length_normalised_beta,
+    qrpo_squared_residuals,
+    summed_logprobs,
+)
 
 __all__ = ["QRPO_ROW_KEYS", "QRPOLoss"]
 
@@ -46,13 +52,7 @@ def completion_logprobs(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tenso
     `compute_logprobs`, which gathers it."""
     if isinstance(pred, DTensor):
         return compute_logprobs(pred, labels).sum(dim=-1)
-    labelled = labels != IGNORE_INDEX
-    rows = labelled.nonzero()[:, 0]
-    selected = pred[labelled].float()
-    targets = labels[labelled]
-    token_logps = selected.gather(-1, targets[:, None]).squeeze(-1) - selected.logsumexp(-1)
-    zeros = torch.zeros(labels.shape[0], dtype=torch.float32, device=pred.device)
-    return zeros.index_add(0, rows, token_logps)
+    return summed_logprobs(pred, labels, labels != IGNORE_INDEX)
 
 
 class QRPOLoss(BaseLoss):
