@@ -418,23 +418,24 @@ def explain_changes(
     jobs = parse_dry_run(output)
     run_dir = cwd / config["results_dir"] / config["run"]
     pins = read_pins(run_dir / PINS_FILE)
+    launches = pretrain_launches(config) if sbatch else {}
     for job in jobs:
         job.changes = attribute_changes(job, config)
         job.code = code_of_job(job, pins, cwd)
         if sbatch:
             job.sbatch = sbatch_options(job.rule, job.threads, job.resources)
-            if job.rule == "pretrain_stage" and "stage" in job.wildcards:
-                job.sbatch += f"  [{pretrain_launch(config, job.wildcards['stage'])}]"
+            if job.rule == "pretrain_stage" and job.wildcards.get("stage") in launches:
+                job.sbatch += f"  [{launches[job.wildcards['stage']]}]"
     return Plan(str(Path(config["results_dir"]) / config["run"]), jobs)
 
 
-def pretrain_launch(config: Mapping[str, Any], stage: str) -> str:
-    """The torchrun layout of pretraining stage `stage` (`apertus.train.plan.launch_layout`)."""
+def pretrain_launches(config: Mapping[str, Any]) -> dict[str, str]:
+    """The torchrun layout of each pretraining stage (`apertus.train.plan.launch_layout`)."""
     from apertus.train.config import PretrainConfig
-    from apertus.train.plan import launch_layout, planned_stage
+    from apertus.train.plan import launch_layout, pretrain_stages
 
     cfg = PretrainConfig.from_dict(config["pretrain"])
-    return launch_layout(cfg, planned_stage(cfg, stage))
+    return {stage.name: launch_layout(cfg, stage) for stage in pretrain_stages(cfg)}
 
 
 def code_of_job(job: PlannedJob, pins: dict[str, str], cwd: Path) -> list[str]:

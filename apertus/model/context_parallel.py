@@ -92,10 +92,16 @@ class ContextGroup:
         self.degree = mesh.size()
         self.rank = mesh.get_local_rank()
         self.group = mesh.get_group()
+        # Index tensors by (sequence length, device): made once, used by every layer and step.
+        self._layouts: dict[tuple[int, str], torch.Tensor] = {}
+        self._orders: dict[tuple[int, str], torch.Tensor] = {}
 
     def layout(self, seq_len: int, device: torch.device) -> torch.Tensor:
         """The positions of the tokens this rank holds (`sequence_layout`)."""
-        return sequence_layout(seq_len, self.degree, self.rank, device)
+        key = (seq_len, str(device))
+        if key not in self._layouts:
+            self._layouts[key] = sequence_layout(seq_len, self.degree, self.rank, device)
+        return self._layouts[key]
 
     def shard(self, tensor: torch.Tensor, layout: torch.Tensor) -> torch.Tensor:
         """This rank's tokens of a [B, L, ...] tensor of whole sequences."""
@@ -110,7 +116,8 @@ class ContextGroup:
         gathered = funcol.all_gather_tensor_autograd(
             local.contiguous(), gather_dim=2, group=self.group
         )
-        order = torch.tensor(
-            _gathered_order(local.shape[2], self.degree), dtype=torch.long, device=local.device
-        )
-        return gathered.index_select(2, order)
+        key = (local.shape[2], str(local.device))
+        if key not in self._orders:
+            order = _gathered_order(local.shape[2], self.degree)
+            self._orders[key] = torch.tensor(order, dtype=torch.long, device=local.device)
+        return gathered.index_select(2, self._orders[key])

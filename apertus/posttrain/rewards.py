@@ -315,9 +315,10 @@ def left_padded(
     return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
 
 
-def _batches(n: int, batch_size: int) -> Iterator[range]:
-    for start in range(0, n, batch_size):
-        yield range(start, min(n, start + batch_size))
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """`items` in consecutive slices of `size` (the last may be shorter)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 class RewardModelReward:
@@ -365,10 +366,9 @@ class RewardModelReward:
         scores: list[float] = []
         embed = self.model.get_input_embeddings()
         with _progress(progress, len(exchanges), "reward model") as progress:
-            for batch in _batches(len(exchanges), self.batch_size):
+            for batch in chunks(exchanges, self.batch_size):
                 chats = []
-                for i in batch:
-                    ex = exchanges[i]
+                for ex in batch:
                     ids = render_chat(
                         self.tokenizer,
                         ex.conversation(),
@@ -522,14 +522,12 @@ class JudgeReward:
         scores: list[float] = []
         longest = max(len(t) for t in self.rating_tokens.values())
         with _progress(progress, len(exchanges), "judge") as progress:
-            for batch in _batches(len(exchanges), self.batch_size):
+            for batch in chunks(exchanges, self.batch_size):
                 prompts = []
-                for i in batch:
-                    ids = self.prompt_ids(exchanges[i])
+                for ex in batch:
+                    ids = self.prompt_ids(ex)
                     # The longest rating is read token by token after the prompt.
-                    check_context(
-                        ids + [0] * (longest - 1), self.context, "judge", exchanges[i].prompt_id
-                    )
+                    check_context(ids + [0] * (longest - 1), self.context, "judge", ex.prompt_id)
                     prompts.append(ids)
                 rows = [ids + list(prefix) for ids in prompts for prefix in self.prefixes]
                 logprobs = self._last_logprobs(rows)

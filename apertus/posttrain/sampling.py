@@ -133,7 +133,9 @@ from apertus.posttrain.rewards import (
     check_choice,
     check_hf_folder,
     check_positive_int,
+    chunks,
     describe_reward,
+    left_padded,
     load_hf_tokenizer,
     render_chat,
     rubric_files,
@@ -374,6 +376,20 @@ class ResumeLog:
             f.flush()
             os.fsync(f.fileno())
 
+    def add_prompts(
+        self,
+        done: dict[str, dict[str, Any]],
+        prompts: Sequence[QrpoPrompt],
+        key: str,
+        values: Sequence[Any],
+        n: int,
+    ) -> None:
+        """Each of `prompts` finished with its `n` of `values` (prompt-major) under `key`: into
+        `done` (the records `read` returned) and onto the log."""
+        for i, p in enumerate(prompts):
+            done[p.id] = {"prompt_id": p.id, key: list(values[i * n : (i + 1) * n])}
+            self.append(done[p.id])
+
     def finish(self) -> None:
         """The shard's output is written: the log is no longer needed."""
         self.path.unlink()
@@ -399,11 +415,6 @@ def resume_fingerprint(
     described = [[str(p), stat(Path(p))] for p in inputs]
     text = json.dumps([step, config, shard, described], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 # --- the policy model ------------------------------------------------------------------------
@@ -516,12 +527,8 @@ def generate_ids(
     results: list[tuple[list[int], str]] = []
     for start in range(0, len(prompt_ids), batch_size):
         batch = prompt_ids[start : start + batch_size]
-        width = max(len(p) for p in batch)
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, p in enumerate(batch):
-            ids[i, width - len(p) :] = torch.tensor(list(p))
-            mask[i, width - len(p) :] = 1
+        ids, mask, _ = left_padded(batch, pad_id)
+        width = ids.shape[1]
         processors = LogitsProcessorList()
         if temperature > 0:
             generators = [
@@ -883,15 +890,9 @@ def completion_logprobs(
         batch = sequences[start : start + batch_size]
         if any(not c for _, c in batch):
             raise ApertusError("a completion without tokens has no log-probability")
-        width = max(len(p) + len(c) for p, c in batch)
         keep = max(len(c) for _, c in batch) + 1
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (p, c) in enumerate(batch):
-            seq = list(p) + list(c)
-            ids[i, width - len(seq) :] = torch.tensor(seq)
-            mask[i, width - len(seq) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        ids, mask, positions = left_padded([[*p, *c] for p, c in batch], pad_id)
+        width = ids.shape[1]
         logits = model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
@@ -1129,16 +1130,11 @@ def _sample(argv: list[str]) -> None:
             sampler.render(p)
         what = f"QRPO samples, shard {args.shard} of {cfg.shards}"
         with Progress(n * len(prompts), what, unit="completions", initial=n * resumed) as progress:
-            for chunk in _chunks(remaining, _prompt_chunk(cfg.batch_size, n)):
+            for chunk in chunks(remaining, _prompt_chunk(cfg.batch_size, n)):
                 answers = sampler.answers(
                     chunk, n=n, temperature=cfg.temperature, seed=cfg.seed, progress=progress
                 )
-                for i, p in enumerate(chunk):
-                    done[p.id] = {
-                        "prompt_id": p.id,
-                        "samples": [asdict(a) for a in answers[i * n : (i + 1) * n]],
-                    }
-                    resume.append(done[p.id])
+                resume.add_prompts(done, chunk, "samples", [asdict(a) for a in answers], n)
         samples = [Sample(**obj) for p in prompts for obj in done[p.id]["samples"]]
         args.output.mkdir(parents=True, exist_ok=True)
         write_samples(out, samples)
@@ -1290,17 +1286,12 @@ def _score(argv: list[str]) -> None:
         ) as progress:
             for route, group in routes.items():
                 size = _prompt_chunk(rewards_by_category.configs[route].batch_size, n)
-                for chunk in _chunks(group, size):
+                for chunk in chunks(group, size):
                     chunk_samples = [s for p in chunk for s in of_prompt[p.id]]
                     scores = rewards_by_category.score(
                         _exchanges(chunk_samples, prompts), progress=progress
                     )
-                    for i, p in enumerate(chunk):
-                        rewards_done[p.id] = {
-                            "prompt_id": p.id,
-                            "rewards": scores[i * n : (i + 1) * n],
-                        }
-                        reward_log.append(rewards_done[p.id])
+                    reward_log.add_prompts(rewards_done, chunk, "rewards", scores, n)
         category = {p.id: p.category for p in prompts}
         reward_record = rewards_by_category.record(category)
         del rewards_by_category  # its model, before the reference model is loaded
@@ -1316,7 +1307,7 @@ def _score(argv: list[str]) -> None:
             "completions",
             initial=n * len(logps_done),
         ) as progress:
-            for chunk in _chunks(remaining, _prompt_chunk(cfg.batch_size, n)):
+            for chunk in chunks(remaining, _prompt_chunk(cfg.batch_size, n)):
                 values = completion_logprobs(
                     model,
                     [(s.prompt_ids, s.completion_ids) for p in chunk for s in of_prompt[p.id]],
@@ -1324,12 +1315,7 @@ def _score(argv: list[str]) -> None:
                     pad_id=pad_id,
                     progress=progress,
                 )
-                for i, p in enumerate(chunk):
-                    logps_done[p.id] = {
-                        "prompt_id": p.id,
-                        "reference_logp": values[i * n : (i + 1) * n],
-                    }
-                    logp_log.append(logps_done[p.id])
+                logp_log.add_prompts(logps_done, chunk, "reference_logp", values, n)
         del model
         rewards = [float(r) for p in prompts for r in rewards_done[p.id]["rewards"]]
         logps = [float(v) for p in prompts for v in logps_done[p.id]["reference_logp"]]

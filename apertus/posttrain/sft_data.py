@@ -55,7 +55,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,9 +159,16 @@ def tokenize_conversation(
     return TokenizedConversation(ids[:keep].copy(), mask[:keep].copy(), len(ids))
 
 
-def _save_array(path: Path, array: np.ndarray) -> None:
-    with atomic_open(path, "wb") as f:
-        np.save(f, array, allow_pickle=False)
+def save_arrays(directory: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Each array as the file `name` in `directory` (written atomically), and its listing for
+    the record: ``{name: {"sha256", "bytes"}}``."""
+    files = {}
+    for name, array in arrays.items():
+        path = directory / name
+        with atomic_open(path, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        files[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return files
 
 
 def build_sft_data(
@@ -235,13 +242,7 @@ def build_sft_data(
     }
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for name, array in arrays.items():
-        _save_array(out_dir / name, array)
-        files[name] = {
-            "sha256": sha256_file(out_dir / name),
-            "bytes": (out_dir / name).stat().st_size,
-        }
+    files = save_arrays(out_dir, arrays)
     record = {
         "format": FORMAT,
         "max_len": max_len,

@@ -34,12 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torchtitan.components.loss import IGNORE_INDEX
 
 from apertus.core import ApertusError
-from apertus.core.files import atomic_write_json, building_directory, sha256_file
-from apertus.posttrain.sft_data import ARRAYS, FORMAT, SFT_FILE
-from apertus.train.pretokenized import LossMaskCounts
+from apertus.core.files import atomic_write_json, building_directory
+from apertus.posttrain.sft_data import ARRAYS, FORMAT, SFT_FILE, save_arrays
 from apertus.train.sft_loader import SFTDataLoader
 
 __all__ = ["QRPO_ARRAY", "QRPODataLoader", "QRPORow", "qrpo_epoch_order", "write_qrpo_data"]
@@ -87,13 +85,7 @@ def write_qrpo_data(
     }
     out_dir = Path(out_dir)
     with building_directory(out_dir) as building:
-        files = {}
-        for name, array in arrays.items():
-            np.save(building / name, array, allow_pickle=False)
-            files[name] = {
-                "sha256": sha256_file(building / name),
-                "bytes": (building / name).stat().st_size,
-            }
+        files = save_arrays(building, arrays)
         record = {
             "format": FORMAT,
             "max_len": max_len,
@@ -127,6 +119,8 @@ def qrpo_epoch_order(rows: int, seed: int, epoch: int) -> np.ndarray:
 
 class QRPODataLoader(SFTDataLoader):
     """Micro-batches of scored completions for one data-parallel rank (module doc)."""
+
+    pad_multiple = PAD_MULTIPLE
 
     @dataclass(kw_only=True, slots=True)
     class Config(SFTDataLoader.Config):
@@ -177,17 +171,7 @@ class QRPODataLoader(SFTDataLoader):
                 weights[i] = 1.0 / min(batch, self.rows - within // batch * batch)
             else:
                 rows[i], weights[i] = order[0], 0.0
-        tokens, mask = self.data.padded(rows, PAD_MULTIPLE)
-        if int(tokens.max()) >= self.vocab_size:
-            raise ApertusError(
-                f"{self.config.sft_dir}: token id {int(tokens.max())} in samples {first}.. is "
-                f"outside the vocabulary of {self.vocab_size}"
-            )
-        full = torch.from_numpy(tokens)
-        inputs = full[:, :-1].contiguous()
-        labels = full[:, 1:].masked_fill(~torch.from_numpy(mask[:, 1:]), IGNORE_INDEX)
-        kept = int((labels != IGNORE_INDEX).sum())
-        self.mask_counts.add(LossMaskCounts(labels=labels.numel(), kept=kept))
+        inputs, labels = self.inputs_and_labels(rows, first)
         extras = torch.from_numpy(self.extras[rows])
         # No positions: one completion per row from position 0, so plain causal attention (SDPA's
         # is_causal path on the CPU, no dense mask) is exact.
@@ -196,4 +180,4 @@ class QRPODataLoader(SFTDataLoader):
             "reference_logp": extras[:, 0].contiguous(),
             "quantile_reward": extras[:, 1].contiguous(),
             "weight": torch.from_numpy(weights),
-        }, labels.contiguous()
+        }, labels

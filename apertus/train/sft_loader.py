@@ -145,21 +145,29 @@ class SFTDataLoader(BaseDataLoader):
             rows[i] = self._order[1][within]
         return rows
 
-    def make_batch(self, first: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """The micro-batch of samples ``first ...`` (`micro_batch` rows); counts its labels."""
-        tokens, mask = self.data.padded(self.sample_rows(first, self.micro_batch), PAD_MULTIPLE)
+    pad_multiple: int = PAD_MULTIPLE
+    """A micro-batch is padded to a multiple of this many tokens."""
+
+    def inputs_and_labels(self, rows: np.ndarray, first: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and completion-only labels of `rows` (the samples from ``first``), padded;
+        refuses token ids outside the vocabulary and counts the labels."""
+        tokens, mask = self.data.padded(rows, self.pad_multiple)
         if int(tokens.max()) >= self.vocab_size:
             raise ApertusError(
                 f"{self.config.sft_dir}: token id {int(tokens.max())} in samples {first}.. is "
                 f"outside the vocabulary of {self.vocab_size}"
             )
-        rows = torch.from_numpy(tokens)
-        inputs = rows[:, :-1].contiguous()
-        labels = rows[:, 1:].masked_fill(~torch.from_numpy(mask[:, 1:]), IGNORE_INDEX)
+        full = torch.from_numpy(tokens)
+        labels = full[:, 1:].masked_fill(~torch.from_numpy(mask[:, 1:]), IGNORE_INDEX)
         kept = int((labels != IGNORE_INDEX).sum())
         self.mask_counts.add(LossMaskCounts(labels=labels.numel(), kept=kept))
-        positions = torch.arange(inputs.shape[1], dtype=torch.int64).expand(len(rows), -1)
-        return {"input": inputs, "positions": positions.contiguous()}, labels.contiguous()
+        return full[:, :-1].contiguous(), labels.contiguous()
+
+    def make_batch(self, first: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The micro-batch of samples ``first ...`` (`micro_batch` rows); counts its labels."""
+        inputs, labels = self.inputs_and_labels(self.sample_rows(first, self.micro_batch), first)
+        positions = torch.arange(inputs.shape[1], dtype=torch.int64).expand(len(inputs), -1)
+        return {"input": inputs, "positions": positions.contiguous()}, labels
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
         while self.samples_consumed + self.samples_per_round <= self.total_samples:
