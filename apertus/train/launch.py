@@ -7,7 +7,11 @@ Runs torchtitan's trainer under torchrun with the run spec named in ``APERTUS_TR
         --module apertus.train.config_registry --config from_spec [torchtitan overrides...]
 
 (torchrun is run as ``python -m torch.distributed.run`` with this interpreter, so the command
-works without the virtual environment's bin/ on PATH.) Arguments after ``--`` are passed to
+works without the virtual environment's bin/ on PATH.) One process outside SLURM (the tiny
+default, ``--nproc 1``) is started without torchrun: ``python -m torchtitan.train ...`` with the
+variables torchrun would give rank 0 of 1 (`single_process_environment`), which saves torchrun's
+own start and exit, about 3 s per stage on 2 cores; the trainer, its checkpoints and its process
+group (gloo, world size 1) are the same. Arguments after ``--`` are passed to
 torchtitan, e.g. ``-- --training.steps 10``. The launcher writes no file; it checks the spec,
 streams the trainer's output and returns torchrun's exit code. A rerun of the same command
 resumes from the run's last checkpoint.
@@ -60,6 +64,7 @@ __all__ = [
     "CheckpointHealth",
     "checkpoint_health",
     "main",
+    "rank_hosts",
     "run",
     "sane_losses",
     "torchrun_command",
@@ -111,6 +116,13 @@ def torchrun_command(
         *where,
         "--nproc_per_node",
         str(nproc),
+        *_trainer_module(extra_args),
+    ]
+
+
+def _trainer_module(extra_args: Sequence[str]) -> list[str]:
+    """torchtitan's trainer with the run spec's config: ``-m torchtitan.train ...``."""
+    return [
         "-m",
         "torchtitan.train",
         "--module",
@@ -119,6 +131,19 @@ def torchrun_command(
         "from_spec",
         *extra_args,
     ]
+
+
+def single_process_command(extra_args: Sequence[str] = ()) -> list[str]:
+    """The trainer as one process of its own, without torchrun (`single_process_environment`)."""
+    return [sys.executable, *_trainer_module(extra_args)]
+
+
+def single_process_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with what torchrun gives rank 0 of a one-process run. Port 0: the process group's
+    store, which no other rank connects to, takes a free port itself (no race with a stage
+    started beside it)."""
+    rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    return {**env, **rank, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
 
 
 SANE_MARGIN = 0.10
@@ -310,6 +335,32 @@ def _machine_failure(output: Sequence[str], work: Path, last: str) -> str | None
     return None
 
 
+# torchtitan's log of each rank (`debug.enable_structured_logging`, on by default), in the
+# metrics folder: its records name the host the rank ran on, as the rank itself saw it.
+STRUCTURED_LOGS = "structured_logs"
+
+
+def rank_hosts(metrics_folder: str | os.PathLike[str], since: float = 0.0) -> list[str] | None:
+    """The host each rank of a run ran on, by global rank, as the ranks' structured logs in
+    `metrics_folder` say; only logs written since `since` (a ``time.time()``) count, so a
+    resumed run names the hosts of its last attempt. None when the logs are not there (or
+    not one for every rank 0..N-1)."""
+    newest: dict[int, tuple[float, str]] = {}
+    for path in (Path(metrics_folder) / STRUCTURED_LOGS).glob("*.jsonl"):
+        try:
+            mtime = path.stat().st_mtime
+            with path.open(encoding="utf-8") as lines:
+                first = json.loads(lines.readline())
+            rank, host = int(first["global_rank"]), str(first["host_name"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a rank's log, or one cut short
+        if mtime >= since and mtime >= newest.get(rank, (-1.0, ""))[0]:
+            newest[rank] = (mtime, host)
+    if not newest or sorted(newest) != list(range(len(newest))):
+        return None
+    return [newest[rank][1] for rank in range(len(newest))]
+
+
 def _say(message: str) -> None:
     print(f"apertus.train.launch: {message}", file=sys.stderr, flush=True)
 
@@ -380,7 +431,10 @@ def run(
         )
         _say(f"W&B run {wandb_run_id(metrics)} of project {spec.wandb.project}, {where}")
     env = dict(os.environ)
-    if job is None:
+    if job is None and nproc == 1:
+        command = single_process_command(extra_args)
+        env = single_process_environment(env)
+    elif job is None:
         command = torchrun_command(nproc, extra_args)
     else:
         command = srun_command(
@@ -394,7 +448,12 @@ def run(
     # The trainer's log lines reach the stream as they are written.
     env["PYTHONUNBUFFERED"] = "1"
     shown = command[: command.index(sys.executable)] if job else []
-    _say(f"{SPEC_ENV}={spec_path} {' '.join(shown)} torchrun {' '.join(command[len(shown) + 3 :])}")
+    head = len(shown) + 1  # after the interpreter
+    if command[head : head + 2] == ["-m", "torch.distributed.run"]:
+        program, head = "torchrun", head + 2
+    else:
+        program = "python"
+    _say(f"{SPEC_ENV}={spec_path} {' '.join([*shown, program, *command[head:]])}")
     if stop_at is not None:
         _say(f"will stop with a checkpoint at {time.ctime(stop_at)} (SLURM time limit ahead)")
 

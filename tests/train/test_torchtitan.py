@@ -375,13 +375,14 @@ def test_two_process_fsdp_run_matches_one_process(one_process_run, two_process_r
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp_path):
-    """SIGKILL a run at some step after its step-10 checkpoint, rerun the same command: it
-    resumes from its last checkpoint and ends with the uninterrupted run's exact weights,
-    optimizer state and data position."""
+def test_killed_run_resumes_to_bit_identical_weights(two_process_run, phase, tmp_path):
+    """SIGKILL a 2-process run at some step after its step-10 checkpoint, rerun the same
+    command: no rank is left training, and it resumes from its last checkpoint and ends with
+    the uninterrupted run's exact weights, optimizer state and data position. Two processes:
+    torchrun starts them (one process runs without torchrun), each in a session of its own."""
     spec = write_spec(tmp_path / "killed", phase)
     metrics_file = tmp_path / "killed" / "out" / "metrics.jsonl"
-    command = [sys.executable, "-m", "apertus.train.launch", "--spec", str(spec), "--nproc", "1"]
+    command = [sys.executable, "-m", "apertus.train.launch", "--spec", str(spec), "--nproc", "2"]
     with open(tmp_path / "killed.log", "w") as log:
         process = subprocess.Popen(
             command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -395,7 +396,7 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
                     # What `kill -9` of Snakemake's process group does: the launcher and
                     # torchrun die; the rank, in a session of its own, must die with them.
                     tree = process_tree(process.pid)
-                    assert len(tree) >= 3  # launcher, torchrun, the rank
+                    assert len(tree) >= 4  # launcher, torchrun, the ranks
                     os.killpg(process.pid, signal.SIGKILL)
                     killed_after = max(logged)
                     break
@@ -411,17 +412,17 @@ def test_killed_run_resumes_to_bit_identical_weights(one_process_run, phase, tmp
     assert 30 not in left and 10 in left  # stopped mid-way, after a checkpoint
     assert max(read_metrics(metrics_file)) < 30
 
-    proc = run_ok(spec, 1)
+    proc = run_ok(spec, 2)
     # The shard, its index and the phase's three index files were verified before the first
     # run; unchanged, not read again.
     assert "verified the sha256 of 5 data file(s) (0.0 MiB read, 5 unchanged" in proc.stderr
     resumed_from = max(left)
     assert f"Training starts at step {resumed_from + 1}" in proc.stdout
     final = load_checkpoint(tmp_path / "killed" / "ckpt" / "step-30", tmp_path)
-    reference = load_checkpoint(one_process_run[0] / "ckpt" / "step-30", tmp_path)
+    reference = load_checkpoint(two_process_run[0] / "ckpt" / "step-30", tmp_path)
     assert_same_training_state(final, reference)
     ours = read_metrics(metrics_file)
-    theirs = read_metrics(one_process_run[0] / "out" / "metrics.jsonl")
+    theirs = read_metrics(two_process_run[0] / "out" / "metrics.jsonl")
     assert [ours[s]["loss"] for s in ours] == [theirs[s]["loss"] for s in theirs]
     print(f"\nkilled after step {killed_after}, resumed from step {resumed_from}")
 
