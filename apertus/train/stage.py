@@ -27,6 +27,7 @@ import dataclasses
 import json
 import math
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -265,7 +266,7 @@ def train_and_record(
     checkpoint when one is there; then write `output/` (run.json, spec.json, metrics.jsonl)
     and return the run record. Shared by every training stage (pretraining phases, long
     context, SFT), so each is resumable the same way and exported the same way."""
-    from apertus.train.launch import DIVERGED, STOPPED, run
+    from apertus.train.launch import DIVERGED, STOPPED, rank_hosts, run
     from apertus.train.metrics import read_metrics
 
     work = work_directory(work_root, name, spec, key_material)
@@ -278,6 +279,7 @@ def train_and_record(
         done = checkpoint_steps(work / "ckpt")
         if done:
             step.summary["resumed_from_step"] = max(done)
+        started = time.time()
         code = run(work / "spec.json", nproc, nnodes=nnodes)
         if code == STOPPED:
             raise ApertusError(
@@ -295,6 +297,9 @@ def train_and_record(
                 f"training of {name} failed (exit {code}); its checkpoints are kept in "
                 f"{work / 'ckpt'} and a re-run resumes from the last one"
             )
+        # Where the ranks ran (each node of a multi-node run): in the manifest, not in run.json,
+        # which the next stage hashes into its work directory's key.
+        step.summary["rank_hosts"] = rank_hosts(spec.metrics_folder, since=started)
         final_step = max(checkpoint_steps(work / "ckpt"))
         last_checkpoint = work / "ckpt" / f"step-{final_step}"
         metrics = read_metrics(work / "out" / "metrics.jsonl")
