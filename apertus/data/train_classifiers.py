@@ -5,8 +5,8 @@
 Each enabled filter whose model the pipeline trains (``ClassifierFilter.trained``) is trained on
 its labelled data into ``DIR/<task>/``: the `ngram` backend on its labelled JSONL (`text`,
 `label`), the `xlmr` backend's MLP heads (RECIPE.md §5, when `head` is null) on a labelled JSONL
-(`text`, `label`, `language`) or a Hub dataset (`labels: hf://datasets/<id>`, read as
-`hub_labels` says). `labels: sample` means the labels made with the sample corpus. The held-out
+(`text`, `label`, `language`) or a Hub dataset (`labels: hf://datasets/<id>`, or a local folder
+in a Hub dataset's layout, read as `hub_labels` says). `labels: sample` means the labels made with the sample corpus. The held-out
 accuracies go into the manifest's summary.
 """
 
@@ -159,15 +159,20 @@ def main(argv=None):
         for spec, out in zip(tasks, outputs, strict=True):
             source = sources[spec.task]
             if spec.backend == "ngram":
+                if source.is_dir():
+                    raise ApertusError(
+                        f"data.{spec.task}.labels {source} is a folder: the ngram backend reads "
+                        "a JSONL file (a folder in a Hub dataset's layout is for xlmr heads)"
+                    )
                 texts, labels = read_labels(source)
                 step.summary[spec.task] = train_ngram_classifier(
                     texts, labels, out, seed=spec.seed, epochs=spec.epochs, task=spec.task
                 )
                 continue
-            if isinstance(source, Path):
+            if isinstance(source, Path) and not source.is_dir():
                 texts, labels, languages = read_labelled(source)
-            else:
-                texts, labels, languages = read_hub_labels(source, spec.hub_labels)
+            else:  # a Hub id, or a local folder in a Hub dataset's layout (the rehearsal's)
+                texts, labels, languages = read_hub_labels(str(source), spec.hub_labels)
             metrics = train_xlmr_heads(
                 texts,
                 labels,

@@ -303,9 +303,11 @@ class _XIELUFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x = ctx.saved_tensors[0]
-        gradients = _xielu_gradients_masked if _masked_form(x) else _xielu_gradients_where
-        grad_x, grad_alpha_p, grad_alpha_n = gradients(grad, *ctx.saved_tensors)
+        # Read once: under activation checkpointing each read of `saved_tensors` unpacks the
+        # recomputed tensors, and a second read raises "already unpacked once".
+        saved = ctx.saved_tensors
+        gradients = _xielu_gradients_masked if _masked_form(saved[0]) else _xielu_gradients_where
+        grad_x, grad_alpha_p, grad_alpha_n = gradients(grad, *saved)
         wanted = ctx.needs_input_grad
         return (
             grad_x if wanted[0] else None,

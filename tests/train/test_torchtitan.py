@@ -1054,3 +1054,21 @@ def test_launcher_reports_a_bad_spec_without_starting_torchrun(phase, tmp_path):
     assert proc.returncode == 2
     assert "not divisible by micro_batch 4 x 3 rank(s)" in proc.stderr
     assert "torchrun" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_activation_checkpointing_trains_to_the_same_losses(phase, tmp_path):
+    """Activation checkpointing recomputes each block's forward in the backward: the losses
+    are the run's without it (xIELU's hand-written backward once read its saved tensors twice,
+    which checkpointing refuses: the presets' long-context stages use `full`)."""
+    losses = {}
+    for mode in ("none", "full", "selective"):
+        lr = {**RUN["lr"], "warmup_steps": 1, "decay_steps": 2}
+        spec = write_spec(tmp_path / mode, phase, activation_checkpoint=mode, steps=4, lr=lr)
+        run_ok(spec, 1)
+        losses[mode] = read_metrics(tmp_path / mode / "out" / "metrics.jsonl")
+    assert list(losses["none"]) == [1, 2, 3, 4]
+    for mode in ("full", "selective"):
+        assert list(losses[mode]) == list(losses["none"])
+        for step, logged in losses["none"].items():
+            assert losses[mode][step]["loss"] == pytest.approx(logged["loss"], abs=1e-5), mode
