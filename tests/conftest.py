@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import re
@@ -54,6 +55,39 @@ def slurm_installable() -> str | None:
     if missing:
         return f"{', '.join(missing)} not installed (bash {CLUSTER_SCRIPT} install)"
     return None
+
+
+def _cluster_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=180
+    )
+
+
+@contextlib.contextmanager
+def local_cluster(nodes: int):
+    """The local SLURM cluster with `nodes` nodes (`cluster.sh start N`) for the block; a
+    cluster running before (the session's one-node cluster of `slurm_cluster`) is stopped first
+    and started again after, with its own number of nodes. Skips where it cannot run, except
+    in CI, where that fails."""
+    why_not = slurm_installable()
+    if why_not:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the SLURM tests, but {why_not}")
+        pytest.skip(why_not)
+    before = None
+    if _cluster_script("status").returncode == 0:
+        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
+        before = str(len(set(listed.stdout.split())))
+        _cluster_script("stop")
+    started = _cluster_script("start", str(nodes))
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield
+    finally:
+        _cluster_script("stop")
+        if before is not None:
+            again = _cluster_script("start", before)
+            assert again.returncode == 0, again.stdout + again.stderr
 
 
 def default_run_executor() -> str:

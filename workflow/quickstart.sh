@@ -28,10 +28,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setting up $venv with $python (first run takes a few minutes)" >&2
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   # torch first and pinned, so that a machine carrying the CPU wheel takes it and pip never
-  # pulls the newest CUDA build; then the project with its test tools.
+  # pulls the newest CUDA build; then the project with its test tools and the packages of
+  # lm-eval's instruct tasks (IFEval, MATH, RULER), which the rehearsal's tests run.
   torch=$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
   "$venv/bin/python" -m pip install --quiet "$torch"
-  "$venv/bin/python" -m pip install --quiet -e ".[test]"
+  "$venv/bin/python" -m pip install --quiet -e ".[test,instruct-eval]"
   echo "$want" >"$stamp"
 fi
 

@@ -64,11 +64,23 @@ LM_EVAL_VERSION = "0.4.13"
 
 # Environment of every run: no Hub or dataset download (PLATFORM.md "lm-eval 0.4.13 offline");
 # lm-eval's CLI also turns tokenizer threads off.
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+# `evaluate` (HumanEval's and MBPP's code_eval metric) has an offline switch of its own.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_EVALUATE_OFFLINE": "1",
+}
 COMMON_ENV = {"TOKENIZERS_PARALLELISM": "false"}
 # What HumanEval and MBPP's `code_eval` metric (Hugging Face `evaluate`) asks for before it
 # executes a model's code, set with confirm_run_unsafe_code.
 UNSAFE_CODE_ENV = {"HF_ALLOW_CODE_EVAL": "1"}
+# lm-eval's side data under `data_home` (``evaluate.suite.data_home``), each folder named by the
+# variable that points its reader there: Hugging Face `evaluate`'s cached metric modules
+# (``modules/evaluate_modules/metrics/evaluate-metric--code_eval/<hash>/code_eval.py``, found
+# by `evaluate.load("code_eval")` when the Hub cannot be reached) and NLTK's data
+# (``nltk_data/tokenizers/punkt_tab/<language>/``, IFEval's sentence splitter).
+DATA_HOME_DIRS = {"HF_MODULES_CACHE": "modules", "NLTK_DATA": "nltk_data"}
 # The token that ends an assistant turn in the chat template (apertus.tokenize.tokenizer).
 END_OF_TURN = "<|assistant_end|>"
 
@@ -131,6 +143,8 @@ class LmEvalOptions(Config, key="evaluate.suite"):
     dtype: the model's dtype ("float32", "bfloat16", "float16" or "auto").
     model_args: further ``hf`` model arguments (e.g. {"max_length": 4096}).
     include_defaults: also index lm-eval's built-in tasks (needed for ARC, HellaSwag...; ~10 s).
+    include_path: a further folder of task YAMLs, indexed last, so that its tasks, groups and
+        tags replace built-in ones of the same names (the rehearsal's stand-ins), or None.
     seed: lm-eval's python, numpy, torch and few-shot seeds.
     offline: forbid Hub and dataset downloads (built-in tasks need false the first time).
     log_samples: also write every scored request (``lm_eval/samples-<k>/<task>.jsonl``).
@@ -138,6 +152,9 @@ class LmEvalOptions(Config, key="evaluate.suite"):
         lm-eval's ``confirm_run_unsafe_code``, and ``HF_ALLOW_CODE_EVAL=1``).
     metadata: lm-eval's task metadata (``--metadata``), on top of the model arguments lm-eval
         passes itself, e.g. RULER's ``{"max_seq_lengths": [4096, 8192]}``.
+    data_home: a folder of the side data lm-eval's task code loads besides the datasets
+        (:data:`DATA_HOME_DIRS`: `evaluate` metric modules, NLTK data), given to lm-eval as
+        ``HF_MODULES_CACHE`` and ``NLTK_DATA``; None: the user's own caches.
 
     chat_template (class attribute): requests go through the model's chat template.
     off_when_empty (class attribute): an empty task list turns the suite off rather than being
@@ -153,11 +170,13 @@ class LmEvalOptions(Config, key="evaluate.suite"):
     dtype: str
     model_args: dict[str, Any]
     include_defaults: bool
+    include_path: str | None
     seed: int
     offline: bool
     log_samples: bool
     confirm_run_unsafe_code: bool
     metadata: dict[str, Any]
+    data_home: str | None
 
     def __post_init__(self) -> None:
         key = self.config_key
@@ -196,6 +215,17 @@ class LmEvalOptions(Config, key="evaluate.suite"):
                 raise ApertusError(f"{key}.{name} must be true or false")
         if not isinstance(self.metadata, dict):
             raise ApertusError(f"{key}.metadata must be a mapping, got {self.metadata!r}")
+        if self.include_path is not None and (
+            not isinstance(self.include_path, str) or not self.include_path
+        ):
+            raise ApertusError(
+                f"{key}.include_path must be a folder of task YAMLs or null, "
+                f"got {self.include_path!r}"
+            )
+        if self.data_home is not None and (
+            not isinstance(self.data_home, str) or not self.data_home
+        ):
+            raise ApertusError(f"{key}.data_home must be a folder or null, got {self.data_home!r}")
 
 
 @dataclass(frozen=True)
@@ -223,31 +253,59 @@ class Invocation:
     add_bos_token: bool
 
 
-def set_environment(offline: bool, unsafe_code: bool = False) -> dict[str, str]:
-    """Set (before `datasets` is imported, which reads it once) and return the environment."""
+def data_home_env(data_home: str | os.PathLike | None) -> dict[str, str]:
+    """The variables that point lm-eval's task code at the side data in `data_home`
+    (:data:`DATA_HOME_DIRS`, absolute paths), or none for None. The folder must exist."""
+    if data_home is None:
+        return {}
+    home = Path(data_home).absolute()
+    if not home.is_dir():
+        raise ApertusError(f"data_home {home} does not exist")
+    return {name: str(home / folder) for name, folder in DATA_HOME_DIRS.items()}
+
+
+def set_environment(
+    offline: bool, unsafe_code: bool = False, data_home: str | os.PathLike | None = None
+) -> dict[str, str]:
+    """Set (before `datasets`, `evaluate` and `nltk` are imported, which read it once) and
+    return the environment."""
     env = {**COMMON_ENV, **(OFFLINE_ENV if offline else {})}
     env.update(UNSAFE_CODE_ENV if unsafe_code else {})
+    env.update(data_home_env(data_home))
     os.environ.update(env)
     return env
+
+
+def include_dirs(
+    tasks_dir: str | os.PathLike | None, include_path: str | os.PathLike | None = None
+) -> list[str]:
+    """The task folders lm-eval indexes after its built-in ones, in order: our task directory,
+    then `include_path` (``evaluate.suite.include_path``). lm-eval lets a later folder's task,
+    group or tag replace an earlier one of the same name. Each must exist."""
+    dirs = [str(Path(d).absolute()) for d in (tasks_dir, include_path) if d is not None]
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise ApertusError(f"task directory {d} does not exist")
+    return dirs
 
 
 def task_manager(
     tasks_dir: str | os.PathLike | None,
     include_defaults: bool,
     metadata: dict[str, Any] | None = None,
+    include_path: str | os.PathLike | None = None,
 ):
-    """lm-eval's TaskManager over our task directory (and the built-in tasks if asked), with
-    `metadata` given to every task (as lm-eval's CLI gives its model arguments and
-    ``--metadata``: RULER reads its tokenizer and lengths there)."""
+    """lm-eval's TaskManager over our task directory and `include_path` (and the built-in
+    tasks if asked; see :func:`include_dirs` for the order), with `metadata` given to every
+    task (as lm-eval's CLI gives its model arguments and ``--metadata``: RULER reads its
+    tokenizer and lengths there)."""
     from lm_eval.tasks import TaskManager
 
-    include = str(Path(tasks_dir).absolute()) if tasks_dir is not None else None
-    if include is not None and not Path(include).is_dir():
-        raise ApertusError(f"task directory {include} does not exist")
-    if include is None and not include_defaults:
+    dirs = include_dirs(tasks_dir, include_path)
+    if not dirs and not include_defaults:
         raise ApertusError("no tasks: give a task directory or set evaluate.suite.include_defaults")
     return TaskManager(
-        include_path=include, include_defaults=include_defaults, metadata=metadata or None
+        include_path=dirs or None, include_defaults=include_defaults, metadata=metadata or None
     )
 
 
@@ -352,6 +410,11 @@ def model_args(model_dir: str | os.PathLike, options: LmEvalOptions, add_bos_tok
     }
 
 
+# The shell variable of command.sh naming one folder with copies of both task folders, for
+# lm_eval's --include_path, which takes one folder.
+MERGED_INCLUDE = '"$include"'
+
+
 def lm_eval_command(
     invocation: Invocation,
     model_dir: str | os.PathLike,
@@ -360,7 +423,9 @@ def lm_eval_command(
     output_path: str,
 ) -> list[str]:
     """The ``lm_eval run`` argument list that reproduces one invocation. `output_path` is
-    written as given (a shell word such as ``"$out/results-0.json"`` is left to the shell)."""
+    written as given (a shell word such as ``"$out/results-0.json"`` is left to the shell).
+    With both a task directory and ``options.include_path``, ``--include_path`` is
+    :data:`MERGED_INCLUDE`, the folder :func:`command_script` fills with copies of both."""
     seed = options.seed
     command = [
         "lm_eval",
@@ -378,8 +443,9 @@ def lm_eval_command(
         "--seed",
         f"{seed},{seed},{seed},{seed}",
     ]
-    if tasks_dir is not None:
-        command += ["--include_path", str(Path(tasks_dir).absolute())]
+    dirs = include_dirs(tasks_dir, options.include_path)
+    if dirs:
+        command += ["--include_path", dirs[0] if len(dirs) == 1 else MERGED_INCLUDE]
     if invocation.num_fewshot is not None:
         command += ["--num_fewshot", str(invocation.num_fewshot)]
     if invocation.limit is not None:
@@ -414,9 +480,20 @@ def command_script(
         "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())),
         'out="${1:-lm_eval_reproduced}"',
     ]
+    dirs = include_dirs(tasks_dir, options.include_path)
+    if len(dirs) > 1:
+        # lm_eval --include_path takes one folder: copies of ours, in folders named so that
+        # include_path's come first, as lm-eval keeps the first of two same-named tasks of one
+        # folder (and the last of two folders).
+        lines += [
+            'include="$(mktemp -d)"',
+            """trap 'rm -rf "$include"' EXIT""",
+            f'cp -R {shlex.quote(dirs[1])} "$include/1-include_path"',
+            f'cp -R {shlex.quote(dirs[0])} "$include/2-tasks"',
+        ]
     for k, invocation in enumerate(invocations):
         words = lm_eval_command(invocation, model_dir, tasks_dir, options, "OUTPUT")
-        quoted = " ".join(shlex.quote(w) for w in words[:-1])
+        quoted = " ".join(w if w == MERGED_INCLUDE else shlex.quote(w) for w in words[:-1])
         lines.append(f'{quoted} "$out/results-{k}.json"')
     return "\n".join(lines) + "\n"
 
@@ -470,7 +547,7 @@ def run_suite(
         raise ApertusError(f"{where}.tasks is empty: nothing to run")
     if options.chat_template:
         check_chat_model(model_dir)
-    env = set_environment(options.offline, options.confirm_run_unsafe_code)
+    env = set_environment(options.offline, options.confirm_run_unsafe_code, options.data_home)
 
     import lm_eval
     from lm_eval.api.registry import get_model
@@ -478,7 +555,7 @@ def run_suite(
 
     # What lm-eval's CLI gives every task: the model arguments, then --metadata.
     metadata = {**model_args(model_dir, options, True), **options.metadata}
-    manager = task_manager(tasks_dir, options.include_defaults, metadata)
+    manager = task_manager(tasks_dir, options.include_defaults, metadata, options.include_path)
     invocations = plan_invocations(options.tasks, manager, where)
     results_dir = out_dir / RESULTS_DIR
     if results_dir.exists():  # results of an earlier run with other invocations must not stay

@@ -11,7 +11,6 @@ after it, if it was running."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -24,7 +23,7 @@ from apertus.core.resources import job_resources, sbatch_options
 from apertus.tokenize.phases import PhaseSpec, build_phase_index
 from apertus.train.metrics import read_metrics
 from apertus.train.run_spec import checkpoint_steps
-from tests.conftest import BIN, CLUSTER_SCRIPT, REPO, slurm_installable
+from tests.conftest import BIN, REPO, local_cluster
 from tests.slurm.test_local_cluster import _start_when_pending
 from tests.train.test_torchtitan import build_phase
 
@@ -35,35 +34,11 @@ NODES = ["apertus-n1", "apertus-n2"]
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
-def _cluster(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(CLUSTER_SCRIPT), *args], capture_output=True, text=True, timeout=180
-    )
-
-
 @pytest.fixture(scope="module")
 def two_node_cluster():
-    """The two-node local cluster, for this module; a cluster running before (the session's
-    one-node cluster of `slurm_cluster`) is stopped first and started again after."""
-    why_not = slurm_installable()
-    if why_not:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the SLURM tests, but {why_not}")
-        pytest.skip(why_not)
-    before = None
-    if _cluster("status").returncode == 0:
-        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
-        before = str(len(set(listed.stdout.split())))
-        _cluster("stop")
-    started = _cluster("start", "2")
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
+    """The two-node local cluster, for this module (`local_cluster`)."""
+    with local_cluster(2):
         yield
-    finally:
-        _cluster("stop")
-        if before is not None:
-            again = _cluster("start", before)
-            assert again.returncode == 0, again.stdout + again.stderr
 
 
 def _sbatch(script: Path, output: Path, *options: str) -> str:

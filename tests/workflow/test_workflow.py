@@ -42,6 +42,18 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, config, named)
     assert "rule all:" not in output  # no job was planned
 
 
+def test_configfile_given_twice_is_refused_not_half_used(tmp_path):
+    """Snakemake keeps only the last `--configfile`'s files: the preset of `--configfile
+    preset.yaml --configfile overlay.yaml` would be dropped without a word."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("run: mine\n")
+    preset = REPO / "config" / "presets" / "apertus-8b.yaml"
+    proc = run_tool("snakemake", "-n", "--configfile", preset, "--configfile", overlay)
+    assert proc.returncode != 0
+    assert "--configfile is given 2 times" in proc.stdout + proc.stderr
+    assert "rule all:" not in proc.stdout + proc.stderr
+
+
 # The one lint kept on purpose: rules name no conda environment, because jobs run in the
 # environment that runs Snakemake (README: Installing; .snakemake-workflow-catalog.yml).
 NO_SOFTWARE_ENV_LINT = "Specify a conda environment or container for each rule."

@@ -57,8 +57,25 @@ def config_sources():
 # options), the ones `apertus config check` makes.
 # A job on a cluster node parses the workflow again: it only fills the defaults (its config was
 # checked by the Snakemake that submitted it).
+def repeated_configfile_flag(argv):
+    """An error when `--configfile` is given more than once: Snakemake keeps the files of the
+    last one only and drops the others without a word (`--configfile A --configfile B` runs
+    without A); `apertus` commands take it repeated, so the slip is easy to make."""
+    flags = [a for a in argv if a.split("=", 1)[0] in ("--configfile", "--configfiles")]
+    if len(flags) > 1:
+        return (
+            f"--configfile is given {len(flags)} times: Snakemake would use the files of the "
+            "last one only; list every file after one flag, e.g. `--configfile "
+            "config/presets/apertus-8b.yaml my-8b.yaml`"
+        )
+    return None
+
+
 try:
     if workflow.is_main_process:
+        repeated = repeated_configfile_flag(sys.argv[1:])
+        if repeated:
+            raise ApertusError(repeated)
         # Snakemake read the files already; read again, a key given twice in one is refused.
         for path in [DEFAULT_CONFIGFILE, *workflow.config_settings.configfiles]:
             load_yaml(path)

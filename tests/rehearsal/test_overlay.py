@@ -1,0 +1,199 @@
+"""The 8B rehearsal overlay (config/rehearsal/apertus-8b.yaml) changes only sizes and locations:
+the real overlay passes the drift check, a copy with any recipe key changed fails naming that
+key, the merged configuration is valid, and its dry run plans the preset's whole pipeline."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apertus.audit.explain import explain_changes
+from apertus.core.config import load_config
+from apertus.plan_check import plan_problems
+from apertus.rehearsal import data
+from apertus.rehearsal.overlay import STANDIN_ROOT, changes, dotted_key, drift, overlay_drift
+from tests.conftest import REPO, run_tool
+
+PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
+OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
+
+
+def test_the_real_overlay_changes_only_sizes_and_locations():
+    assert overlay_drift(PRESET, OVERLAY) == []
+    # ... and it does change the preset: sizes, and every Hub data source's location.
+    preset = load_config([PRESET])
+    keys = {dotted_key(k) for k, _, _ in changes(preset, load_config([PRESET, OVERLAY]))}
+    assert {"pretrain.flavor", "pretrain.device", "data.probes.words"} <= keys
+    for source in preset["data"]["sources"]:
+        if source["path"].startswith("hf://"):
+            assert f"data.sources[{source['name']}].path" in keys
+
+
+def _set(path: str, value):
+    """A change to the overlay: the mapping key at the dotted `path` set to `value`."""
+
+    def change(overlay: dict, preset: dict) -> None:
+        *parents, last = path.split(".")
+        node = overlay
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+
+    return change
+
+
+def _entry(section: str, items: str, name: str, key: str, value):
+    """A change to one named entry of a list the overlay restates (sources, phases, stages),
+    the list copied from the preset where the overlay has none."""
+
+    def change(overlay: dict, preset: dict) -> None:
+        entries = overlay.setdefault(section, {}).setdefault(
+            items, copy.deepcopy(preset[section][items])
+        )
+        entry = next(e for e in entries if e["name"] == name)
+        if isinstance(entry.get(key), dict) and isinstance(value, dict):
+            entry[key] = {**entry[key], **value}
+        else:
+            entry[key] = value
+
+    return change
+
+
+def _drop_source(name: str):
+    def change(overlay: dict, preset: dict) -> None:
+        sources = overlay["data"]["sources"]
+        sources[:] = [s for s in sources if s["name"] != name]
+
+    return change
+
+
+RECIPE_CHANGES = {
+    "pretrain.goldfish.k": _set("pretrain.goldfish.k", 4),
+    "pretrain.goldfish.h": _set("pretrain.goldfish.h", 13),
+    "pretrain.ademamix.betas": _set("pretrain.ademamix.betas", [0.9, 0.99, 0.999]),
+    "pretrain.ademamix.alpha": _set("pretrain.ademamix.alpha", 5),
+    "pretrain.lr.peak": _set("pretrain.lr.peak", 3.0e-3),
+    "pretrain.lr.decay_fraction": _set("pretrain.lr.decay_fraction", 0.2),
+    "data.quality.keep_fraction": _set("data.quality.keep_fraction", 0.9),
+    "data.toxicity.drop_fraction": _set("data.toxicity.drop_fraction", 0.1),
+    "data.toxicity.hub_labels.positive_above": _set("data.toxicity.hub_labels.positive_above", 2),
+    "data.language.min_score": _set("data.language.min_score", 0.3),
+    "data.probes.exposures": _set("data.probes.exposures", [1, 4, 16]),
+    "tokenize.phases[phase3].weights.fineweb-hq": _entry(
+        "tokenize", "phases", "phase3", "weights", {"fineweb-hq": 0.3}
+    ),
+    "tokenize.phases[phase2].seed": _entry("tokenize", "phases", "phase2", "seed", 1),
+    "pretrain.long_context[ctx8k].rope_theta": _entry(
+        "pretrain", "long_context", "ctx8k", "rope_theta", 500000
+    ),
+    "pretrain.long_context[ctx16k].lr": _entry("pretrain", "long_context", "ctx16k", "lr", 1e-4),
+    "data.sources[fineweb2].glob": _entry("data", "sources", "fineweb2", "glob", "*/*.parquet"),
+    "data.sources[wikipedia].text_template": _entry(
+        "data", "sources", "wikipedia", "text_template", "{text}"
+    ),
+    "data.sources[euroblocks]": _drop_source("euroblocks"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(RECIPE_CHANGES))
+def test_an_overlay_changing_a_recipe_key_fails_naming_it(key, tmp_path):
+    overlay = yaml.safe_load(OVERLAY.read_text(encoding="utf-8"))
+    RECIPE_CHANGES[key](overlay, yaml.safe_load(PRESET.read_text(encoding="utf-8")))
+    changed = tmp_path / "overlay.yaml"
+    changed.write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    problems = overlay_drift(PRESET, changed)
+    assert [p.split(":")[0] for p in problems] == [key], problems
+    assert "neither a size nor a location" in problems[0]
+
+
+def test_an_input_redirected_elsewhere_than_a_stand_in_fails(tmp_path):
+    """A location may change only to a local stand-in: another Hub dataset is another recipe."""
+    overlay = yaml.safe_load(OVERLAY.read_text(encoding="utf-8"))
+    flan = next(s for s in overlay["data"]["sources"] if s["name"] == "flan")
+    flan["path"] = "hf://datasets/someone/other-flan"
+    overlay["data"]["quality"]["encoder"] = "FacebookAI/xlm-roberta-large"
+    changed = tmp_path / "overlay.yaml"
+    changed.write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    problems = overlay_drift(PRESET, changed)
+    assert [p.split(":")[0] for p in problems] == [
+        "data.sources[flan].path",
+        "data.quality.encoder",
+    ]
+    assert all(f"a stand-in under {STANDIN_ROOT}" in p for p in problems)
+
+
+def test_drift_matches_list_entries_by_name_not_position():
+    preset = {"tokenize": {"phases": [{"name": "a", "tokens": 10}, {"name": "b", "tokens": 20}]}}
+    reordered = {"tokenize": {"phases": [{"name": "b", "tokens": 2}, {"name": "a", "tokens": 1}]}}
+    assert drift(preset, reordered) == []
+    renamed = {"tokenize": {"phases": [{"name": "a", "tokens": 1}, {"name": "c", "tokens": 2}]}}
+    assert [p.split(":")[0] for p in drift(preset, renamed)] == [
+        "tokenize.phases[b]",
+        "tokenize.phases[c]",
+    ]
+
+
+def test_the_merged_config_is_valid_and_its_arithmetic_holds():
+    config = load_config([PRESET, OVERLAY])
+    assert plan_problems(config) == []
+    proc = run_tool("apertus", "config", "check", "--configfile", PRESET, "--configfile", OVERLAY)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "configuration is valid" in proc.stdout + proc.stderr
+
+
+def _inputs_in_place(workdir: Path, config: dict) -> None:
+    """The stand-ins a dry run needs under `workdir`: the data ones built, the models' (made by
+    apertus.rehearsal.models) as empty placeholders, a dry run reads none of them."""
+    data.build(workdir / STANDIN_ROOT)
+
+    def walk(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and value.startswith(STANDIN_ROOT):
+            path = workdir / value
+            if not path.exists():
+                if path.suffix:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.touch()
+                else:
+                    path.mkdir(parents=True)
+
+    walk(config)
+
+
+@pytest.mark.slow
+def test_the_dry_run_plans_the_whole_preset_pipeline(tmp_path):
+    """`snakemake -n` of the preset with the overlay, in a working directory holding the
+    stand-ins: the five phases, the four long-context stages, the classifiers' training, SFT
+    and QRPO are all planned."""
+    config = load_config([PRESET, OVERLAY])
+    _inputs_in_place(tmp_path, config)
+    start = time.monotonic()
+    plan = explain_changes([PRESET, OVERLAY], results_dir=str(tmp_path / "results"), cwd=tmp_path)
+    print(f"\nrehearsal: {len(plan.jobs)} jobs planned in {time.monotonic() - start:.1f} s")
+    rules = Counter(job.rule for job in plan.jobs)
+    stages = {job.wildcards["stage"] for job in plan.jobs if job.rule == "pretrain_stage"}
+    assert stages == {
+        "phase1",
+        "phase2",
+        "phase3",
+        "phase4",
+        "phase5",
+        "ctx8k",
+        "ctx16k",
+        "ctx32k",
+        "ctx64k",
+    }
+    assert {"data_classifiers", "posttrain_sft", "posttrain_qrpo"} <= set(rules)
+    sources = {job.wildcards.get("source") for job in plan.jobs if job.rule == "data_filter"}
+    assert {s["name"] for s in config["data"]["sources"]} <= sources
+    assert plan.run_dir.endswith("apertus-8b-rehearsal")
