@@ -91,12 +91,13 @@ def local_cluster(nodes: int):
 
 
 def default_run_executor() -> str:
-    """Where the default run's jobs run: `slurm` (the local cluster, through Snakemake's SLURM
-    executor) when it can start here, else `local`; APERTUS_TEST_EXECUTOR chooses."""
+    """Where the default run's jobs run: `local` (2 cores), or with APERTUS_TEST_EXECUTOR=slurm
+    the one-node local cluster through Snakemake's SLURM executor. The 8B rehearsal
+    (tests/rehearsal) runs the whole pipeline through the two-node cluster."""
     chosen = os.environ.get("APERTUS_TEST_EXECUTOR")
     if chosen not in (None, "slurm", "local"):
         raise pytest.UsageError(f"APERTUS_TEST_EXECUTOR={chosen!r}: use slurm or local")
-    return chosen or ("local" if slurm_installable() else "slurm")
+    return chosen or "local"
 
 
 @pytest.fixture(scope="session")
@@ -120,9 +121,8 @@ def slurm_cluster():
 @pytest.fixture(scope="session")
 def default_run(request, tmp_path_factory):
     """The whole default pipeline, run once per test session into a scratch results directory;
-    tests of each stage read its outputs. Returns the run dir. Its jobs go through the local
-    SLURM cluster (profiles/slurm-local) where it can run (see `default_run_executor`), else the
-    local executor on 2 cores."""
+    tests of each stage read its outputs. Returns the run dir. Its jobs run on the local
+    executor on 2 cores, or through the local SLURM cluster (`default_run_executor`)."""
     results = tmp_path_factory.mktemp("results")
     if default_run_executor() == "slurm":
         request.getfixturevalue("slurm_cluster")

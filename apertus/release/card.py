@@ -316,6 +316,15 @@ def _data_compliance(facts: CardFacts) -> str:
     agents = _robots_agents(facts.stages)
     if agents:
         parts += ["", _table(["user agent", "documents disallowed"], sorted(agents.items()))]
+    heads = _classifier_heads(facts.stages)
+    if heads:
+        parts += [
+            "",
+            "Classifiers the pipeline trained for the filters (data classifiers step), accuracy "
+            "on their held-out labelled examples (one head per language for XLM-R heads):",
+            "",
+            _table(["classifier", "language", "held-out examples", "accuracy"], heads),
+        ]
     pii = _pii_counts(facts.stages)
     if pii:
         parts += [
@@ -345,6 +354,26 @@ def _robots_agents(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
                 agent = stat.removeprefix("disallowed_")
                 counts[agent] = counts.get(agent, 0) + value
     return counts
+
+
+def _classifier_heads(stages: Mapping[str, Mapping[str, Any]]) -> list[tuple]:
+    """(task, language, held-out examples, accuracy) of each classifier the data classifiers
+    step trained: an n-gram model (language "all"), or XLM-R heads, one per language."""
+    step = next(
+        (m for m in stages.values() if m.get("stage") == "data" and m.get("step") == "classifiers"),
+        None,
+    )
+    rows = []
+    for task, trained in sorted((step or {}).get("summary", {}).items()):
+        if not isinstance(trained, Mapping):
+            continue
+        heads = trained.get("heads")
+        if isinstance(heads, Mapping):
+            for language, head in sorted(heads.items()):
+                rows.append((task, language, head.get("val_documents"), head.get("val_accuracy")))
+        elif "val_accuracy" in trained:
+            rows.append((task, "all", trained.get("val_examples"), trained["val_accuracy"]))
+    return rows
 
 
 def _pii_counts(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:

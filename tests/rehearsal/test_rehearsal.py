@@ -9,12 +9,14 @@ report and the preset's benchmarks by name, and `apertus audit` finds it whole."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from apertus.core.config import load_config
+from apertus.core.manifest import find_step_manifests
 from tests.conftest import REPO, local_cluster, run_tool
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -57,6 +59,24 @@ def _manifest(run: Path, rel: str) -> dict:
     return json.loads((run / rel).read_text())
 
 
+def test_every_step_but_the_local_rules_ran_as_a_slurm_job(rehearsal):
+    jobs = {
+        str(path.relative_to(rehearsal)): json.loads(path.read_text())["slurm_job_id"]
+        for path in find_step_manifests(rehearsal)
+    }
+    assert len(jobs) > 100
+    # The local rules (summaries, the merge of QRPO's scored shards, report, release folder)
+    # ran beside Snakemake, not in SLURM.
+    local = {step for step, job in jobs.items() if job is None}
+    pattern = (
+        r"^(data/robots/|data/funnel|evaluate/table|posttrain/reward|posttrain/qrpo_scored\.|"
+        r"report/|release)"
+    )
+    assert local and all(re.search(pattern, step) for step in local), local
+    submitted = [job for job in jobs.values() if job is not None]
+    assert len(set(submitted)) == len(submitted)  # one job per other step
+
+
 def test_training_sft_and_qrpo_ran_one_rank_on_each_of_the_two_nodes(rehearsal, merged):
     stages = [p["name"] for p in merged["tokenize"]["phases"] if p["name"] != "longctx"]
     stages += [s["name"] for s in merged["pretrain"]["long_context"]]
@@ -85,7 +105,7 @@ def test_the_release_holds_what_the_preset_makes(rehearsal, merged):
     heads = _manifest(rehearsal, "data/classifiers/manifest.json")["summary"]["toxicity"]
     assert heads, "no toxicity head trained"
     data = card.split("## Data compliance", 1)[1].split("\n## ", 1)[0]
-    assert "accuracy" in data
+    assert "accuracy" in data and "| toxicity | deu_Latn |" in data
     reward = json.loads((release / "evaluation" / "reward_report.json").read_text())
     assert reward
     # The preset's benchmarks by their names, base and instruct.

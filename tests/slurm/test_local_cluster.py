@@ -26,7 +26,7 @@ def test_every_step_of_the_default_run_but_the_local_rules_ran_as_a_slurm_job(
     default_run, slurm_cluster
 ):
     if default_run_executor() != "slurm":
-        pytest.skip("the default run used the local executor (APERTUS_TEST_EXECUTOR=local)")
+        pytest.skip("the default run used the local executor (not APERTUS_TEST_EXECUTOR=slurm)")
     # Recorded by the fixture right after the run: later tests re-run some steps locally.
     jobs = json.loads((default_run.parent / SLURM_JOBS).read_text())
     assert len(jobs) > 40
