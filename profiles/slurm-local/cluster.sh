@@ -16,10 +16,10 @@
 # partition `local`. Accounting is off (the profile asks squeue for job states, not sacct).
 #
 # With N > 1 nodes (for multi-node training), the nodes are apertus-n1 ... apertus-nN on this
-# one machine, each with all its CPUs and the same memory as the one node. Each slurmd
-# runs in its own UTS namespace (`unshare --uts`) with the node's name as hostname, so a job's
-# `hostname` names its node, as on a real cluster; this also is how slurmd knows which node it
-# is. All share the network: each node listens on its own loopback address (127.0.0.2, ...,
+# one machine, each with twice its CPUs (see write_conf) and the memory of the one node. Each
+# slurmd runs in its own UTS namespace (`unshare --uts`) with the node's name as hostname, so a
+# job's `hostname` names its node, as on a real cluster; this also is how slurmd knows which
+# node it is. All share the network: each node listens on its own loopback address (127.0.0.2, ...,
 # named in /etc/hosts by lines this script adds and `stop` removes) and its own slurmd port,
 # with its own spool dir, pid file and log (slurmd-apertus-nK.log).
 set -euo pipefail
@@ -68,9 +68,13 @@ write_conf() {
     # With several nodes each is the whole machine, as big as the one node: a job the one-node
     # cluster runs fits one of its nodes as is (the pipeline's jobs ask for all the cores in
     # threads; the multi-node training job, `--nodes=N --cpus-per-task=<threads>`, would pend
-    # forever on nodes with a share of them). The machine is then oversubscribed when several
-    # nodes are busy: slower, not wrong.
+    # forever on nodes with a share of them). Each has twice the machine's CPUs, so that a
+    # training job on every node leaves room beside it for the 1-thread jobs (the evaluations
+    # of earlier checkpoints), as the local executor runs them side by side; else each training
+    # job waits for all nodes to drain and the rehearsal runs its jobs one after the other. The
+    # machine is oversubscribed when several nodes are busy: slower per job, not wrong.
     cpus=$(nproc --all)
+    [ "$nodes" = 1 ] || cpus=$((2 * cpus))
     # Leave a quarter of the memory (at least 1 GB) to the machine itself.
     mem_mb=$(awk '/MemTotal/ {m = int($2 / 1024); r = m / 4; if (r < 1024) r = 1024;
                               print int(m - r)}' /proc/meminfo)
@@ -112,6 +116,8 @@ EOF
     if [ "$nodes" = 1 ]; then
         echo "NodeName=$NODE CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN" >>"$CONF"
     else
+        # The nodes' CPUs as configured, not as counted on the machine (twice its CPUs).
+        echo "SlurmdParameters=config_overrides" >>"$CONF"
         for k in $(seq "$nodes"); do
             echo "NodeName=$(node_name "$k") NodeAddr=$(node_addr "$k") Port=$(node_port "$k")" \
                 "CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN" >>"$CONF"
