@@ -6,8 +6,8 @@ Each enabled filter whose model the pipeline trains (``ClassifierFilter.trained`
 its labelled data into ``DIR/<task>/``: the `ngram` backend on its labelled JSONL (`text`,
 `label`), the `xlmr` backend's MLP heads (RECIPE.md §5, when `head` is null) on a labelled JSONL
 (`text`, `label`, `language`) or a Hub dataset (`labels: hf://datasets/<id>`, or a local folder
-in a Hub dataset's layout, read as `hub_labels` says). `labels: sample` means the labels made with the sample corpus. The held-out
-accuracies go into the manifest's summary.
+in a Hub dataset's layout, read as `hub_labels` says). `labels: sample` means the labels made
+with the sample corpus. The held-out accuracies go into the manifest's summary.
 """
 
 from __future__ import annotations
