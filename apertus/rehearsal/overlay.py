@@ -90,7 +90,7 @@ SIZE_KEYS = (
     "posttrain.qrpo_data.reward.device",
     "posttrain.qrpo_data.rewards_by_category.*.dtype",
     "posttrain.qrpo_data.rewards_by_category.*.device",
-    "posttrain.qrpo.global_batch",
+    "posttrain.qrpo.batch_size",
     "posttrain.qrpo.micro_batch",
     "posttrain.qrpo.nproc",
     "posttrain.qrpo.nnodes",
@@ -124,7 +124,6 @@ INPUT_KEYS = (
     "posttrain.qrpo_data.reward.model",
     "posttrain.qrpo_data.rewards_by_category.*.model",
     "evaluate.*.include_path",
-    "evaluate.*.data_dir",
     "evaluate.*.data_home",
 )
 # The fields that name the entries of a list of mappings, first found first.
