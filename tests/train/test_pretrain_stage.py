@@ -117,10 +117,11 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     # spec.json in the output holds its paths relative to its folder (RunSpec.relative_to).
     interval = checkpoint["interval"]
     default_ckpt = default_run / "pretrain" / "phase1" / checkpoint["folder"]
-    # Ctrl-C after the checkpoint two intervals before the last one, which leaves the time
-    # `apertus status` takes to run before phase 1 ends.
+    # Ctrl-C after the checkpoint four intervals before the last one, which leaves the time
+    # `apertus status` takes to run (a dry run: 10-20 s on a busy 2-core machine) before
+    # phase 1 ends; a one-process run ends within a second of its last step.
     last_interval = (final - 1) // interval * interval
-    stop_after = max(last_interval - 2 * interval, 2 * interval)
+    stop_after = max(last_interval - 4 * interval, 2 * interval)
     start = stop_after - interval
     work = phase1_work_dir(default_run, run_dir)
     shutil.copytree(default_ckpt / f"step-{start}", work / "ckpt" / f"step-{start}")
