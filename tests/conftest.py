@@ -90,6 +90,26 @@ def local_cluster(nodes: int):
             assert again.returncode == 0, again.stdout + again.stderr
 
 
+# The steps of the workflow's local rules (summaries, the merge of QRPO's scored shards, report,
+# release folder), relative to a run directory: they run beside Snakemake, not in SLURM.
+LOCAL_RULE_STEPS = re.compile(
+    r"^(data/robots/|data/funnel|evaluate/table|posttrain/reward|posttrain/qrpo_scored\.|"
+    r"report/|release)"
+)
+
+
+def assert_slurm_jobs_but_local_rules(jobs: dict[str, str | None], prefix: str = "") -> None:
+    """`jobs` (each step manifest under a run, `prefix` + its path in the run -> its SLURM job
+    id): the local rules' steps ran beside Snakemake, every other step as a job of its own."""
+    local = {step for step, job in jobs.items() if job is None}
+    assert local and all(
+        step.startswith(prefix) and LOCAL_RULE_STEPS.search(step.removeprefix(prefix))
+        for step in local
+    ), local
+    submitted = [job for job in jobs.values() if job is not None]
+    assert len(set(submitted)) == len(submitted)  # one job per other step
+
+
 def default_run_executor() -> str:
     """Where the default run's jobs run: `local` (2 cores), or with APERTUS_TEST_EXECUTOR=slurm
     the one-node local cluster through Snakemake's SLURM executor. The 8B rehearsal

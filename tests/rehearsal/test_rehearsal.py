@@ -9,7 +9,6 @@ report and the preset's benchmarks by name, and `apertus audit` finds it whole."
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import yaml
 
 from apertus.core.config import load_config
 from apertus.core.manifest import find_step_manifests
-from tests.conftest import REPO, local_cluster, run_tool
+from tests.conftest import REPO, assert_slurm_jobs_but_local_rules, local_cluster, run_tool
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -65,16 +64,7 @@ def test_every_step_but_the_local_rules_ran_as_a_slurm_job(rehearsal):
         for path in find_step_manifests(rehearsal)
     }
     assert len(jobs) > 100
-    # The local rules (summaries, the merge of QRPO's scored shards, report, release folder)
-    # ran beside Snakemake, not in SLURM.
-    local = {step for step, job in jobs.items() if job is None}
-    pattern = (
-        r"^(data/robots/|data/funnel|evaluate/table|posttrain/reward|posttrain/qrpo_scored\.|"
-        r"report/|release)"
-    )
-    assert local and all(re.search(pattern, step) for step in local), local
-    submitted = [job for job in jobs.values() if job is not None]
-    assert len(set(submitted)) == len(submitted)  # one job per other step
+    assert_slurm_jobs_but_local_rules(jobs)
 
 
 def test_training_sft_and_qrpo_ran_one_rank_on_each_of_the_two_nodes(rehearsal, merged):

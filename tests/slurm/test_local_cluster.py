@@ -17,7 +17,14 @@ import torch
 
 from apertus.train.metrics import read_metrics
 from apertus.train.run_spec import checkpoint_steps
-from tests.conftest import BIN, REPO, SLURM_JOBS, copy_upstream, default_run_executor
+from tests.conftest import (
+    BIN,
+    REPO,
+    SLURM_JOBS,
+    assert_slurm_jobs_but_local_rules,
+    copy_upstream,
+    default_run_executor,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -30,16 +37,7 @@ def test_every_step_of_the_default_run_but_the_local_rules_ran_as_a_slurm_job(
     # Recorded by the fixture right after the run: later tests re-run some steps locally.
     jobs = json.loads((default_run.parent / SLURM_JOBS).read_text())
     assert len(jobs) > 40
-    # The local rules (summaries, the merge of QRPO's scored shards, report, release folder)
-    # ran beside Snakemake, not in SLURM.
-    local = {step for step, job in jobs.items() if job is None}
-    pattern = (
-        r"^e2e/(data/robots/|data/funnel|evaluate/table|posttrain/reward|posttrain/qrpo_scored\.|"
-        r"report/|release)"
-    )
-    assert local and all(re.search(pattern, step) for step in local), local
-    submitted = [job for job in jobs.values() if job is not None]
-    assert len(set(submitted)) == len(submitted)  # one job per other step
+    assert_slurm_jobs_but_local_rules(jobs, prefix="e2e/")
     # Training ran as an srun step of its job: torchrun with a c10d rendezvous.
     log = (default_run / "logs" / "pretrain" / "phase1.log").read_text()
     assert re.search(r"srun --overlap --jobid=\d+ --nodes=1 --ntasks=1", log)
