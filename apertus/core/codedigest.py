@@ -23,16 +23,24 @@ count FILE with that digest, so a typo fixed in a log message re-trains nothing.
 unpin FILE`` ends it.
 
 Computed once per file and process (keyed by path, size and modification time), so building a
-large DAG parses each of the package's files at most once.
+large DAG parses each of the package's files at most once; and kept between processes in
+``$XDG_CACHE_HOME/apertus/codedigest`` (``~/.cache``; ``APERTUS_CODE_CACHE`` names another
+folder, ``off`` turns it off), keyed by the file's bytes, its module name and the Python
+version, so each SLURM job's and each step's workflow parse reads the facts instead of walking
+the syntax trees again. An entry that does not read back whole (a flipped byte, a truncated
+write) is computed again and replaced.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -92,13 +100,11 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _parse(path: Path) -> ast.Module:
+def _parse(path: Path, source: bytes) -> ast.Module:
     try:
-        return ast.parse(path.read_bytes(), filename=str(path))
+        return ast.parse(source, filename=str(path))
     except SyntaxError as e:
         raise ApertusError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
-    except OSError as e:
-        raise ApertusError(f"{path}: unreadable: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -168,9 +174,24 @@ def _scope(nodes: Iterable[ast.AST], module: str, is_package: bool, skip_defs: b
 @functools.cache
 def _file_facts(path: Path, _size: int, _mtime_ns: int) -> _ModuleFacts:
     """Digest of the normalized tree and what the module's code needs. Cached on the file's size
-    and modification time."""
-    tree = _parse(path)
+    and modification time in this process, and on its bytes on disk (`_FactsCache`)."""
+    try:
+        source = path.read_bytes()
+    except OSError as e:
+        raise ApertusError(f"{path}: unreadable: {e}") from None
     module, is_package = _module_name(path), path.name == "__init__.py"
+    cache = _FactsCache.at()
+    key = cache.key(source, module, is_package) if cache else ""
+    facts = cache.get(key) if cache else None
+    if facts is None:
+        facts = _compute_facts(path, source, module, is_package)
+        if cache:
+            cache.put(key, facts)
+    return facts
+
+
+def _compute_facts(path: Path, source: bytes, module: str, is_package: bool) -> _ModuleFacts:
+    tree = _parse(path, source)
     top_nodes, functions = [], {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -185,6 +206,89 @@ def _file_facts(path: Path, _size: int, _mtime_ns: int) -> _ModuleFacts:
     top = _scope(top_nodes, module, is_package, True)
     dump = ast.dump(_strip_docstrings(tree), annotate_fields=True, include_attributes=False)
     return _ModuleFacts(hashlib.sha256(dump.encode()).hexdigest(), top, functions)
+
+
+def _scope_record(scope: _Scope) -> dict[str, Any]:
+    return {
+        "imports": [list(pair) for pair in scope.imports],
+        "bindings": {name: list(pair) for name, pair in sorted(scope.bindings.items())},
+        "names": sorted(scope.names),
+        "attributes": sorted(list(pair) for pair in scope.attributes),
+        "strings": sorted(scope.strings),
+    }
+
+
+def _scope_of_record(record: dict[str, Any]) -> _Scope:
+    return _Scope(
+        tuple((module, attribute) for module, attribute in record["imports"]),
+        {name: (module, attribute) for name, (module, attribute) in record["bindings"].items()},
+        frozenset(record["names"]),
+        frozenset((owner, attribute) for owner, attribute in record["attributes"]),
+        frozenset(record["strings"]),
+    )
+
+
+class _FactsCache:
+    """Module facts kept on disk between processes: one JSON file per key (the sha256 of the
+    digest format, the Python version, the module's name and the file's bytes), holding the
+    facts and a sha256 of them. Unreadable, corrupt or foreign entries are misses; a folder
+    that cannot be written only costs the time of computing the facts again."""
+
+    FORMAT = 1  # bump when _ModuleFacts, _scope or the normalized dump changes
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @staticmethod
+    @functools.cache
+    def at() -> _FactsCache | None:
+        chosen = os.environ.get("APERTUS_CODE_CACHE")
+        if chosen == "off":
+            return None
+        if chosen:
+            return _FactsCache(Path(chosen))
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return _FactsCache(Path(base) / "apertus" / "codedigest")
+
+    def key(self, source: bytes, module: str, is_package: bool) -> str:
+        head = f"{DIGEST_VERSION}.{self.FORMAT} {sys.version_info[:2]} {module} {is_package}\n"
+        return hashlib.sha256(head.encode() + source).hexdigest()
+
+    def get(self, key: str) -> _ModuleFacts | None:
+        try:
+            stored = json.loads((self.folder / f"{key}.json").read_bytes())
+            facts = stored["facts"]
+            body = json.dumps(facts, sort_keys=True).encode()
+            if stored["key"] != key or stored["sha256"] != hashlib.sha256(body).hexdigest():
+                return None
+            return _ModuleFacts(
+                facts["digest"],
+                _scope_of_record(facts["top"]),
+                {name: _scope_of_record(scope) for name, scope in facts["functions"].items()},
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def put(self, key: str, facts: _ModuleFacts) -> None:
+        record = {
+            "digest": facts.digest,
+            "top": _scope_record(facts.top),
+            "functions": {name: _scope_record(s) for name, s in facts.functions.items()},
+        }
+        body = json.dumps(record, sort_keys=True).encode()
+        text = json.dumps({"key": key, "sha256": hashlib.sha256(body).hexdigest(), "facts": record})
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.")
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, self.folder / f"{key}.json")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
 
 
 def _facts(path: Path) -> _ModuleFacts:

@@ -3,7 +3,11 @@ change (the syntax tree without docstrings), package versions, pins."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from importlib.metadata import version
 
@@ -176,3 +180,56 @@ def test_a_rerun_of_a_step_warns_when_its_code_changed():
     )
     report.code_changed = []
     assert "warning" not in render_rerun(report)
+
+
+def _digests_in_a_new_process(cache: str) -> dict[str, str]:
+    """The digests of two steps, computed by a fresh process with APERTUS_CODE_CACHE=`cache`."""
+    script = (
+        "import json; from apertus.core.codedigest import step_code; "
+        "print(json.dumps({m: step_code(m)['digest'] for m in "
+        "('apertus.data.select', 'apertus.train.launch')}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "APERTUS_CODE_CACHE": cache},
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+def test_the_facts_kept_on_disk_give_the_same_digests_and_bad_entries_are_redone(tmp_path):
+    cache = tmp_path / "cache"
+    computed = _digests_in_a_new_process("off")
+    assert _digests_in_a_new_process(str(cache)) == computed  # written
+    entries = sorted(cache.glob("*.json"))
+    assert len(entries) > 10
+    assert _digests_in_a_new_process(str(cache)) == computed  # read back
+    # They are read, not computed again: whole entries with other digests give other digests.
+    kept = {entry: entry.read_bytes() for entry in entries}
+    for entry in entries:
+        stored = json.loads(entry.read_bytes())
+        stored["facts"]["digest"] = "0" * 64
+        body = json.dumps(stored["facts"], sort_keys=True).encode()
+        stored["sha256"] = hashlib.sha256(body).hexdigest()
+        entry.write_text(json.dumps(stored))
+    other = _digests_in_a_new_process(str(cache))
+    assert all(other[step] != computed[step] for step in computed)
+    for entry, data in kept.items():
+        entry.write_bytes(data)
+    # A flipped byte in every entry, one truncated, one emptied: each is computed again.
+    for entry in entries:
+        data = bytearray(entry.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        entry.write_bytes(bytes(data))
+    entries[0].write_bytes(entries[0].read_bytes()[:40])
+    entries[1].write_bytes(b"")
+    assert _digests_in_a_new_process(str(cache)) == computed
+    assert all(json.loads(entry.read_bytes())["key"] == entry.stem for entry in entries)
+    # An entry holding another file's facts under its name is not taken either.
+    entries[3].write_bytes(entries[2].read_bytes())
+    assert _digests_in_a_new_process(str(cache)) == computed
+    # A cache folder that cannot be made costs only the time.
+    (tmp_path / "file").write_text("")
+    assert _digests_in_a_new_process(str(tmp_path / "file" / "cache")) == computed
