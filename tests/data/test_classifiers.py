@@ -32,6 +32,7 @@ from apertus.data.classifiers import (
     load_classifier,
     train_ngram_classifier,
 )
+from apertus.rehearsal.models import XLMR_HIDDEN, build_xlmr
 
 
 @pytest.fixture(autouse=True)
@@ -302,7 +303,7 @@ def test_loading_checks_files_and_task(quality_model, tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 MAX_TOKENS = 16
-HIDDEN = 32
+HIDDEN = XLMR_HIDDEN  # the stand-in encoder's width
 
 
 def head_state(inner: int, outputs: int, seed: int) -> dict[str, torch.Tensor]:
@@ -319,52 +320,15 @@ def head_state(inner: int, outputs: int, seed: int) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def xlmr(tmp_path_factory):
-    """A random 2-layer XLM-R, a tiny trained tokenizer (saved like a hub checkpoint) and heads."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers.trainers import UnigramTrainer
-    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
-
+    """A random 2-layer XLM-R with a tiny Unigram tokenizer (saved like a hub checkpoint, as
+    the rehearsal's stand-in: apertus.rehearsal.models.build_xlmr) and heads."""
     root = tmp_path_factory.mktemp("xlmr")
     encoder_dir = root / "encoder"
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # XLM-R's ids 0..3 order
-    tok = Tokenizer(models.Unigram())
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    trainer = UnigramTrainer(vocab_size=300, special_tokens=specials, unk_token="<unk>")
-    tok.train_from_iterator(clean_sentences() + SPAM + INSULTS, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>",
-        pair="<s> $A </s> </s> $B </s>",
-        special_tokens=[("<s>", 0), ("</s>", 2)],
-    )
-    XLMRobertaTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        cls_token="<s>",
-        eos_token="</s>",
-        sep_token="</s>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        mask_token="<mask>",
-    ).save_pretrained(encoder_dir)
-    torch.manual_seed(0)
-    config = XLMRobertaConfig(
-        vocab_size=tok.get_vocab_size(),
-        hidden_size=HIDDEN,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=MAX_TOKENS + 4,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-    )
-    XLMRobertaModel(config).eval().save_pretrained(encoder_dir)
-
-    quality = head_state(256, 1, seed=1)
-    # The upstream quality checkpoint is BinaryClassifier.state_dict(): "classifier." prefix.
-    save_file({f"classifier.{k}": v for k, v in quality.items()}, root / "quality.safetensors")
+    build_xlmr(encoder_dir, root / "quality.safetensors", clean_sentences() + SPAM + INSULTS)
+    quality = {
+        name.removeprefix("classifier."): weight
+        for name, weight in load_file(root / "quality.safetensors").items()
+    }
     toxicity_dir = root / "toxicity"
     toxicity_dir.mkdir()
     toxicity = {"en": head_state(HIDDEN, 2, seed=2), "de": head_state(HIDDEN, 2, seed=3)}
