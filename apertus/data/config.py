@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import _string  # the field-name parser str.format itself uses
 import abc
+import dataclasses
+import os
 import re
 import string
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from apertus.core.config import ConfigError
@@ -325,3 +328,12 @@ class DataConfig(Config, key="data"):
         raise KeyError(
             f"no data source named {name!r}; configured: {[s.name for s in self.sources]}"
         )
+
+
+def resolve_source(source: Source, sample_dir: str | os.PathLike[str] | None) -> Source:
+    """A source whose path is `sample` reads the generated sample corpus file `<name>.jsonl.gz`."""
+    if not source.is_sample:
+        return source
+    if sample_dir is None:
+        raise ValueError(f"source {source.name!r} reads the sample corpus, but none was given")
+    return dataclasses.replace(source, path=str(Path(sample_dir) / f"{source.name}.jsonl.gz"))

@@ -13,7 +13,6 @@ progress with an ETA.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections import defaultdict
@@ -33,15 +32,6 @@ log = logging.getLogger("apertus.data")
 
 # Intermediate files between the steps: JSONL per language, read back with datatrove's reader.
 _INTERMEDIATE = "${language}/${rank}.jsonl.gz"
-
-
-def resolve_source(source: Source, sample_dir: Path | None) -> Source:
-    """A source whose path is `sample` reads the generated sample corpus file `<name>.jsonl.gz`."""
-    if not source.is_sample:
-        return source
-    if sample_dir is None:
-        raise ValueError(f"source {source.name!r} reads the sample corpus, but none was given")
-    return dataclasses.replace(source, path=str(Path(sample_dir) / f"{source.name}.jsonl.gz"))
 
 
 def reader_documents(reader, rank: int, world_size: int) -> int | None:

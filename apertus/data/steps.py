@@ -8,9 +8,8 @@ from pathlib import Path
 
 from apertus.core import ApertusError
 from apertus.core.stage import stage_parser
-from apertus.data.config import DataConfig, Source
+from apertus.data.config import DataConfig, Source, resolve_source
 from apertus.data.make_sample import SAMPLE_SOURCES
-from apertus.data.pipeline import resolve_source
 
 
 def data_parser(description: str) -> argparse.ArgumentParser:

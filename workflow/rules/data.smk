@@ -2,8 +2,7 @@
 # -> dedup per language -> thresholds, PII and the corpus -> the filter funnel.
 # Code: apertus/data/. Config: `data:` (config/README.md). Tests: tests/data/.
 
-from apertus.data.config import DataConfig
-from apertus.data.pipeline import resolve_source
+from apertus.data.config import DataConfig, resolve_source
 from apertus.data.steps import local_files
 
 DATA = config["data"]
