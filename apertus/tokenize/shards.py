@@ -952,8 +952,12 @@ def write_heldout(corpus_dir: Path, ids: set[str], out_dir: Path, tokenizer_dir:
     per line, in corpus order) for perplexity evaluation, and count them per language.
 
     Token counts are of each document framed ``<s> ... </s>``, as the shards would have held
-    them. An id not found in the corpus is an error: the split and the corpus disagree.
-    Returns {"languages": {language: {"documents", "tokens"}}, "documents", "tokens"}.
+    them. An id not found in the corpus is an error: the split and the corpus disagree. An id
+    two sources share (FineWeb's ids are in both FineWeb-Edu and FineWeb-HQ) is held out of the
+    shards in both, and written once, the first in corpus order: ids stay unique in the files
+    evaluation reads, and the others are counted as ``repeated_ids``.
+    Returns {"languages": {language: {"documents", "tokens"}}, "documents", "tokens",
+    "repeated_ids"}.
     """
     tokenizer_file = _tokenizer_file(tokenizer_dir)
     tokenizer = _document_tokenizer(
@@ -962,8 +966,11 @@ def write_heldout(corpus_dir: Path, ids: set[str], out_dir: Path, tokenizer_dir:
     wanted = set(ids)
     by_language: dict[str, list[dict]] = defaultdict(list)
     found: set[str] = set()
+    repeated = 0
     for row in read_corpus(Path(corpus_dir)):
-        if row["id"] in wanted:
+        if row["id"] in found:
+            repeated += 1
+        elif row["id"] in wanted:
             found.add(row["id"])
             by_language[str(row["language"])].append(
                 {"id": row["id"], "text": row["text"], "source": row["source"]}
@@ -973,6 +980,7 @@ def write_heldout(corpus_dir: Path, ids: set[str], out_dir: Path, tokenizer_dir:
             f"{len(missing)} held-out ids are not in the corpus {corpus_dir}, e.g. {missing[:5]}"
         )
     summary: dict[str, Any] = {"languages": {}, "documents": 0, "tokens": 0}
+    summary["repeated_ids"] = repeated
     for language in sorted(by_language):
         if not _SAFE_NAME.match(language):
             raise ApertusError(f"language {language!r} cannot name a held-out file")

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from apertus.core import ApertusError
 from apertus.data.sample_corpus import make_sample_corpus
+from apertus.evaluate.tasks import read_heldout
 from apertus.tokenize.phases import PhaseSpec, build_phase_index
 from apertus.tokenize.shards import (
     TokenShards,
@@ -592,6 +593,23 @@ def test_write_heldout_writes_each_languages_documents(world, tmp_path):
         )
     assert written_ids == world.heldout
     assert summary["documents"] == len(world.heldout)
+
+
+def test_a_heldout_id_two_sources_share_is_written_once(world, tmp_path):
+    """FineWeb-Edu and FineWeb-HQ carry FineWeb's ids: a held-out id found again in another
+    source is written once (evaluation refuses an id twice in a file), and counted."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(world.corpus, corpus)
+    first = next(r for r in world.rows["edu"] if r["id"] in world.heldout)
+    again = {**first, "text": first["text"] + " (the other source's copy)", "source": "zz-copy"}
+    write_jsonl_gz(corpus / "zz-copy" / first["language"] / "00000.jsonl.gz", [again])
+    summary = write_heldout(corpus, world.heldout, tmp_path / "heldout", world.tokenizer_dir)
+    assert summary["repeated_ids"] == 1
+    assert summary["documents"] == len(world.heldout)
+    lines = (tmp_path / "heldout" / f"{first['language']}.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [r["text"] for r in rows if r["id"] == first["id"]] == [first["text"]]
+    read_heldout(tmp_path / "heldout")  # what evaluation reads: each id once
 
 
 def test_write_heldout_refuses_ids_missing_from_the_corpus(world, tmp_path):
