@@ -117,9 +117,7 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     # spec.json in the output holds its paths relative to its folder (RunSpec.relative_to).
     interval = checkpoint["interval"]
     default_ckpt = default_run / "pretrain" / "phase1" / checkpoint["folder"]
-    # Ctrl-C after the checkpoint four intervals before the last one, which leaves the time
-    # `apertus status` takes to run (a dry run: 10-20 s on a busy 2-core machine) before
-    # phase 1 ends; a one-process run ends within a second of its last step.
+    # Ctrl-C after the checkpoint four intervals before the last one.
     last_interval = (final - 1) // interval * interval
     stop_after = max(last_interval - 4 * interval, 2 * interval)
     start = stop_after - interval
@@ -152,9 +150,17 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
         assert time.monotonic() < deadline, f"no checkpoint at step {stop_after} within 10 minutes"
         time.sleep(0.5)
     assert min(read_metrics(work / "out" / "metrics.jsonl")) == start + 1  # resumed
-    # `apertus status` on the half-finished run, while phase 1 trains.
-    where = ["--results-dir", str(run_dir.parent), "--run", "e2e"]
-    running = _status(*where)
+    # `apertus status` on the half-finished run, while phase 1 trains: the run is frozen
+    # (SIGSTOP to its process group, the trainer included) for the status call, so phase 1
+    # cannot finish before the Ctrl-C that follows it, however slow the machine.
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        where = ["--results-dir", str(run_dir.parent), "--run", "e2e"]
+        running = _status(*where)
+    finally:
+        # Ctrl-C, delivered as the run continues: what the terminal sends its process group.
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGCONT)
     assert running["stages"]["data"]["state"] == "done"
     assert running["stages"]["pretrain"]["state"] == "running"
     assert running["stages"]["posttrain"]["state"] == "missing"
@@ -165,7 +171,6 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     assert step["rule"] == "pretrain_stage" and step["log"].endswith("phase1.log")
     assert step["progress"]["what"] == "training phase1"  # the log's last progress line
     assert step["progress"]["total"] == phase1["steps"]
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's process group
     assert proc.wait(timeout=120) != 0
     stopped = _status(*where)
     assert stopped["stages"]["pretrain"]["running"] == 0
