@@ -180,13 +180,14 @@ def _file_facts(path: Path, _size: int, _mtime_ns: int) -> _ModuleFacts:
     except OSError as e:
         raise ApertusError(f"{path}: unreadable: {e}") from None
     module, is_package = _module_name(path), path.name == "__init__.py"
-    cache = _FactsCache.at()
-    key = cache.key(source, module, is_package) if cache else ""
-    facts = cache.get(key) if cache else None
+    cache = _facts_cache()
+    if cache is None:
+        return _compute_facts(path, source, module, is_package)
+    key = cache.key(source, module, is_package)
+    facts = cache.get(key)
     if facts is None:
         facts = _compute_facts(path, source, module, is_package)
-        if cache:
-            cache.put(key, facts)
+        cache.put(key, facts)
     return facts
 
 
@@ -239,17 +240,6 @@ class _FactsCache:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    @staticmethod
-    @functools.cache
-    def at() -> _FactsCache | None:
-        chosen = os.environ.get("APERTUS_CODE_CACHE")
-        if chosen == "off":
-            return None
-        if chosen:
-            return _FactsCache(Path(chosen))
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        return _FactsCache(Path(base) / "apertus" / "codedigest")
-
     def key(self, source: bytes, module: str, is_package: bool) -> str:
         head = f"{DIGEST_VERSION}.{self.FORMAT} {sys.version_info[:2]} {module} {is_package}\n"
         return hashlib.sha256(head.encode() + source).hexdigest()
@@ -289,6 +279,18 @@ class _FactsCache:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+@functools.cache
+def _facts_cache() -> _FactsCache | None:
+    """The on-disk cache: ``APERTUS_CODE_CACHE`` (``off``: none), else the user's cache folder."""
+    chosen = os.environ.get("APERTUS_CODE_CACHE")
+    if chosen == "off":
+        return None
+    if chosen:
+        return _FactsCache(Path(chosen))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return _FactsCache(Path(base) / "apertus" / "codedigest")
 
 
 def _facts(path: Path) -> _ModuleFacts:

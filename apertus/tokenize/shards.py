@@ -979,8 +979,12 @@ def write_heldout(corpus_dir: Path, ids: set[str], out_dir: Path, tokenizer_dir:
         raise ApertusError(
             f"{len(missing)} held-out ids are not in the corpus {corpus_dir}, e.g. {missing[:5]}"
         )
-    summary: dict[str, Any] = {"languages": {}, "documents": 0, "tokens": 0}
-    summary["repeated_ids"] = repeated
+    summary: dict[str, Any] = {
+        "languages": {},
+        "documents": 0,
+        "tokens": 0,
+        "repeated_ids": repeated,
+    }
     for language in sorted(by_language):
         if not _SAFE_NAME.match(language):
             raise ApertusError(f"language {language!r} cannot name a held-out file")
