@@ -138,6 +138,40 @@ def slurm_cluster():
         subprocess.run(["bash", CLUSTER_SCRIPT, "stop"], check=False, timeout=120)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The tests that use a SLURM cluster (marked `slurm`) last, the rehearsal's first among
+    them: the rehearsal runs on the two-node cluster from the session's start (`rehearsal_run`)
+    while the tests without a cluster run, and no other test may stop or share its cluster."""
+
+    def place(item) -> int:
+        if item.get_closest_marker("slurm") is None:
+            return 0
+        return 1 if "rehearsal" in item.fixturenames else 2
+
+    items.sort(key=place)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rehearsal_run(request, tmp_path_factory):
+    """The 8B rehearsal's run (tests/rehearsal/background.py) when its tests are selected:
+    started at once in the background, unless the default run uses the local cluster
+    (APERTUS_TEST_EXECUTOR=slurm; the rehearsal then starts when its tests do). Stopped at the
+    session's end if still running."""
+    if not any("rehearsal" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    from tests.rehearsal.background import Rehearsal
+
+    run = Rehearsal(tmp_path_factory.mktemp("rehearsal"))
+    if default_run_executor() == "local":
+        run.start()
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
 @pytest.fixture(scope="session")
 def default_run(request, tmp_path_factory):
     """The whole default pipeline, run once per test session into a scratch results directory;

@@ -225,12 +225,18 @@ cmd_stop() {
     [ -f "$CONF" ] || { unlist_nodes; echo "cluster.sh: not running (no $CONF)"; return; }
     # Jobs first, then both daemons; `scontrol shutdown` waits for neither, so wait here.
     scancel --full --quiet --state=RUNNING,PENDING 2>/dev/null || true
+    # Cancelled jobs get SIGTERM, and SIGKILL after KillWait: let them end while slurmd runs.
+    for _ in $(seq 40); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 1; done
     scontrol shutdown 2>/dev/null || true
     for pidfile in "$STATE/slurmctld.pid" "$STATE/slurmd.pid" "$STATE"/slurmd-*.pid; do
         [ -f "$pidfile" ] || continue
         pid=$(cat "$pidfile")
         for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
         kill -9 "$pid" 2>/dev/null || true
+    done
+    # A job step whose slurmd went first would stay behind: this cluster's run in $STATE.
+    for pid in $(pgrep -x slurmstepd); do
+        [ "$(readlink "/proc/$pid/cwd")" = "$STATE" ] && kill -9 "$pid" 2>/dev/null || true
     done
     unlist_nodes
     # With a config naming a stopped controller every SLURM command waits ~9 s before failing,

@@ -12,41 +12,22 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from apertus.core.config import load_config
 from apertus.core.manifest import find_step_manifests
-from tests.conftest import REPO, assert_slurm_jobs_but_local_rules, local_cluster, run_tool
+from tests.conftest import assert_slurm_jobs_but_local_rules, run_tool
+from tests.rehearsal.background import OVERLAY, PRESET
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
-OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
 NODES = ["apertus-n1", "apertus-n2"]
 
 
 @pytest.fixture(scope="session")
-def rehearsal(tmp_path_factory) -> Path:
-    """The rehearsal's run directory, after the whole pipeline ran on the two-node cluster."""
-    results = tmp_path_factory.mktemp("rehearsal")
-    # The overlay reads its stand-ins from rehearsal-inputs/ in the working directory.
-    run_tool("python", "-m", "apertus.rehearsal", "rehearsal-inputs", check=True, timeout=600)
-    with local_cluster(2):
-        proc = run_tool(
-            "snakemake",
-            "--workflow-profile",
-            "profiles/slurm-local",
-            "--configfile",
-            PRESET,
-            OVERLAY,
-            "--config",
-            f"results_dir={results}",
-            timeout=3000,
-        )
-    if proc.returncode != 0:
-        pytest.fail(f"the rehearsal failed ({proc.returncode}):\n{proc.stderr[-8000:]}")
-    run = yaml.safe_load(OVERLAY.read_text())["run"]
-    return results / run
+def rehearsal(rehearsal_run) -> Path:
+    """The rehearsal's run directory, after the whole pipeline ran on the two-node cluster
+    (started at the session's start: tests/rehearsal/background.py)."""
+    return rehearsal_run.wait()
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ comment, docstring or layout edit re-runs nothing; `apertus status` and `apertus
 the file. The edits are made in a copy of the source (with Snakemake's records of the run), so
 the checkout is never touched."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,10 +24,20 @@ def copy(default_run, tmp_path_factory):
     """The repository's source and Snakemake's metadata of the default run, copied: the
     dry-runs below run the copy's code (PYTHONPATH)."""
     root = tmp_path_factory.mktemp("code") / "repo"
-    skip = shutil.ignore_patterns(".git", ".venv", "results", ".snakemake", "__pycache__")
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "results", ".snakemake", "__pycache__", "rehearsal-inputs"
+    )
     shutil.copytree(REPO, root, ignore=skip)
-    shutil.copytree(REPO / ".snakemake" / "metadata", root / ".snakemake" / "metadata")
+    # The rehearsal may be writing records of its own beside the default run's meanwhile.
+    shutil.copytree(
+        REPO / ".snakemake" / "metadata", root / ".snakemake" / "metadata", copy_function=_copy_kept
+    )
     return root
+
+
+def _copy_kept(source, target):
+    with contextlib.suppress(FileNotFoundError):
+        shutil.copy2(source, target)
 
 
 def tool(copy, default_run, *args):
