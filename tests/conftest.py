@@ -28,6 +28,24 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (from /proc). torchrun starts each worker in a session of
+    its own, so killing the launcher's process group would leave the workers training."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
 def run_tool(*args, cwd=REPO, check=False, **kwargs):
     """Run a tool from this environment's bin/ (snakemake, snakefmt, ruff...), capturing output."""
     cmd = [str(BIN / args[0]), *map(str, args[1:])]
@@ -142,12 +160,15 @@ def slurm_cluster():
 def pytest_collection_modifyitems(items):
     """The tests that use a SLURM cluster (marked `slurm`) last, the rehearsal's first among
     them: the rehearsal runs on the two-node cluster from the session's start (`rehearsal_run`)
-    while the tests without a cluster run, and no other test may stop or share its cluster."""
+    while the tests without a cluster run, and no other test may stop or share its cluster.
+    Before them, the tests that read the default run after those that do not: the rehearsal's
+    jobs, mostly one process each and often waiting on the scheduler, then share the two cores
+    with tests of one process more than with the default run's parallel jobs."""
 
     def place(item) -> int:
         if item.get_closest_marker("slurm") is None:
-            return 0
-        return 1 if "rehearsal" in item.fixturenames else 2
+            return 1 if "default_run" in item.fixturenames else 0
+        return 2 if "rehearsal" in item.fixturenames else 3
 
     items.sort(key=place)
 

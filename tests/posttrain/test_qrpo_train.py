@@ -605,7 +605,7 @@ def test_killed_job_resumes_to_the_weights_of_an_uninterrupted_run(sft_run, one_
     checkpoint, re-run the same command: it resumes there and ends with the same weights."""
     from apertus.train.metrics import read_metrics
     from apertus.train.run_spec import checkpoint_steps
-    from tests.train.test_torchtitan import process_tree
+    from tests.conftest import process_tree
 
     command = [sys.executable, "-m", "apertus.posttrain.qrpo_train"]
     command += qrpo_command(sft_run, tmp_path)

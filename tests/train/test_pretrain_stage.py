@@ -2,6 +2,7 @@
 `default_run`): phase 1, phase 2 continuing it, one long-context stage; the loss ends well
 below the unigram entropy of the training data, and re-runs stop at the right stage."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -17,7 +18,7 @@ from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.metrics import read_metrics
 from apertus.train.run_spec import checkpoint_steps, load_run_spec
 from apertus.train.stage import work_directory
-from tests.conftest import BIN, REPO, copy_upstream, planned_jobs, run_tool
+from tests.conftest import BIN, REPO, copy_upstream, planned_jobs, process_tree, run_tool
 
 pytestmark = pytest.mark.slow
 
@@ -151,16 +152,23 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
         time.sleep(0.5)
     assert min(read_metrics(work / "out" / "metrics.jsonl")) == start + 1  # resumed
     # `apertus status` on the half-finished run, while phase 1 trains: the run is frozen
-    # (SIGSTOP to its process group, the trainer included) for the status call, so phase 1
-    # cannot finish before the Ctrl-C that follows it, however slow the machine.
+    # for the status call, so phase 1 cannot finish before the Ctrl-C that follows it,
+    # however slow the machine. SIGSTOP to its process group first (no new process then),
+    # then to the rest of its tree: torchrun's workers run in sessions of their own.
     os.killpg(proc.pid, signal.SIGSTOP)
+    frozen = process_tree(proc.pid)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
     try:
         where = ["--results-dir", str(run_dir.parent), "--run", "e2e"]
         running = _status(*where)
     finally:
         # Ctrl-C, delivered as the run continues: what the terminal sends its process group.
         os.killpg(proc.pid, signal.SIGINT)
-        os.killpg(proc.pid, signal.SIGCONT)
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
     assert running["stages"]["data"]["state"] == "done"
     assert running["stages"]["pretrain"]["state"] == "running"
     assert running["stages"]["posttrain"]["state"] == "missing"

@@ -43,7 +43,7 @@ from apertus.train.optimizer import AdEMAMixOptimizers, ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
 from apertus.train.run_spec import checkpoint_steps, load_run_spec, resolve_initial_checkpoint
 from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
-from tests.conftest import running
+from tests.conftest import process_tree, running
 
 REPO = Path(__file__).resolve().parents[2]
 BOS, EOS, VOCAB = 1, 2, 256
@@ -145,24 +145,6 @@ def run_ok(spec: Path, nproc: int, *extra: str):
     if proc.returncode != 0:
         pytest.fail(f"training failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr}")
     return proc
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and all its descendants (from /proc). torchrun starts each worker in a session of
-    its own, so killing the launcher's process group would leave the workers training."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
 
 
 def load_checkpoint(step_dir: Path, tmp_path: Path) -> dict:
