@@ -3,6 +3,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,12 @@ BIN = Path(sys.executable).parent
 
 # Nothing in the tests may reach the network.
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+# A session started with SIGINT ignored (a background job of a shell without job control, as a
+# CI script may start it) would pass that on to every process the tests start, and the tests
+# that press Ctrl-C would see it ignored: Python's own handler again, which exec resets.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def running(pid: int) -> bool:
