@@ -65,6 +65,8 @@ class Rehearsal:
             # The overlay reads its stand-ins from rehearsal-inputs/ in the working directory.
             run_tool("python", "-m", "apertus.rehearsal", "rehearsal-inputs", check=True,
                      timeout=600)  # fmt: skip
+            if self._stopping:  # the session ended meanwhile: no cluster to start
+                return
             with local_cluster(2), open(self.log, "w") as log:
                 with self._lock:
                     if self._stopping:
