@@ -41,6 +41,7 @@ from apertus.posttrain.qrpo_train import (
     write_data,
 )
 from apertus.train.qrpo_loader import QRPODataLoader, qrpo_epoch_order
+from tests.conftest import process_tree
 
 DEBUG = flavor("debug")
 REPO = Path(__file__).resolve().parents[2]
@@ -605,7 +606,6 @@ def test_killed_job_resumes_to_the_weights_of_an_uninterrupted_run(sft_run, one_
     checkpoint, re-run the same command: it resumes there and ends with the same weights."""
     from apertus.train.metrics import read_metrics
     from apertus.train.run_spec import checkpoint_steps
-    from tests.conftest import process_tree
 
     command = [sys.executable, "-m", "apertus.posttrain.qrpo_train"]
     command += qrpo_command(sft_run, tmp_path)
