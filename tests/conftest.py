@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from shutil import which
 
@@ -115,6 +116,90 @@ def local_cluster(nodes: int):
             assert again.returncode == 0, again.stdout + again.stderr
 
 
+class BackgroundRun:
+    """A whole Snakemake run in a thread of its own, started when the session starts so that it
+    overlaps the tests that do not read it (the default run, the 8B rehearsal); `wait` gives
+    its run directory to the tests that do. Its log is `results`/snakemake.log."""
+
+    def __init__(self, name, results, run, command, timeout, env=None):
+        self.name, self.results, self.run, self.command = name, results, run, command
+        self.timeout, self.env = timeout, env
+        self.log = results / "snakemake.log"
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._stopping = False
+        self._error: BaseException | None = None
+
+    def prepare(self) -> None:
+        """What the run needs first (its inputs)."""
+
+    def around(self):
+        """A context the run runs in (its cluster)."""
+        return contextlib.nullcontext()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def wait(self) -> Path:
+        """The run directory once the whole pipeline ran (started now if it was not); fails
+        with the tail of Snakemake's log if it did not."""
+        if self._thread is None:
+            self.start()
+        while self._thread.is_alive():  # a join without a timeout would not see Ctrl-C
+            self._thread.join(timeout=1)
+        if self._error is not None:
+            raise self._error
+        if self._proc.returncode != 0:
+            tail = self.log.read_text(errors="replace")[-8000:]
+            pytest.fail(f"the {self.name} failed ({self._proc.returncode}), {self.log}:\n{tail}")
+        return self.results / self.run
+
+    def stop(self) -> None:
+        """A run still going is interrupted (`interrupt`); the thread then leaves `around`."""
+        with self._lock:
+            self._stopping = True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            interrupt(proc)
+        if self._thread is not None:
+            self._thread.join(timeout=300)
+
+    def _run(self) -> None:
+        try:
+            self.prepare()
+            if self._stopping:  # the session ended meanwhile: nothing more to start
+                return
+            with self.around(), open(self.log, "w") as log:
+                with self._lock:
+                    if self._stopping:
+                        raise RuntimeError(f"the session ended before the {self.name} started")
+                    self._proc = subprocess.Popen(
+                        self.command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT
+                    )
+                try:
+                    self._proc.wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired as late:
+                    interrupt(self._proc)
+                    raise RuntimeError(
+                        f"the {self.name} ran past {self.timeout} s ({self.log})"
+                    ) from late
+        except BaseException as error:  # pytest's skip and fail too: wait() raises them
+            self._error = error
+
+
+def interrupt(proc: subprocess.Popen) -> None:
+    """Ctrl-C to Snakemake (it stops its jobs, a SLURM run cancels them), SIGKILL if it has not
+    ended in a minute."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 # The steps of the workflow's local rules (summaries, the merge of QRPO's scored shards, report,
 # release folder), relative to a run directory: they run beside Snakemake, not in SLURM.
 LOCAL_RULE_STEPS = re.compile(
@@ -123,15 +208,19 @@ LOCAL_RULE_STEPS = re.compile(
 )
 
 
-def assert_slurm_jobs_but_local_rules(jobs: dict[str, str | None], prefix: str = "") -> None:
+def assert_slurm_jobs_but_local_rules(
+    jobs: dict[str, str | None], prefix: str = "", grouped: re.Pattern | None = None
+) -> None:
     """`jobs` (each step manifest under a run, `prefix` + its path in the run -> its SLURM job
-    id): the local rules' steps ran beside Snakemake, every other step as a job of its own."""
+    id): the local rules' steps ran beside Snakemake, every other step as a job of its own, but
+    the steps `grouped` matches, which share jobs (Snakemake's job groups) with each other only."""
     local = {step for step, job in jobs.items() if job is None}
     assert local and all(
         step.startswith(prefix) and LOCAL_RULE_STEPS.search(step.removeprefix(prefix))
         for step in local
     ), local
-    submitted = [job for job in jobs.values() if job is not None]
+    shared = {job for step, job in jobs.items() if grouped and grouped.search(step)}
+    submitted = [job for job in jobs.values() if job is not None and job not in shared]
     assert len(set(submitted)) == len(submitted)  # one job per other step
 
 
@@ -168,9 +257,8 @@ def pytest_collection_modifyitems(items):
     """The tests that use a SLURM cluster (marked `slurm`) last, the rehearsal's first among
     them: the rehearsal runs on the two-node cluster from the session's start (`rehearsal_run`)
     while the tests without a cluster run, and no other test may stop or share its cluster.
-    Before them, the tests that read the default run after those that do not: the rehearsal's
-    jobs, mostly one process each and often waiting on the scheduler, then share the two cores
-    with tests of one process more than with the default run's parallel jobs."""
+    Before them, the tests that read the default run after those that do not, which run while
+    the default run runs in the background (`default_run_started`)."""
 
     def place(item) -> int:
         if item.get_closest_marker("slurm") is None:
@@ -200,33 +288,50 @@ def rehearsal_run(request, tmp_path_factory):
         run.stop()
 
 
-@pytest.fixture(scope="session")
-def default_run(request, tmp_path_factory):
-    """The whole default pipeline, run once per test session into a scratch results directory;
-    tests of each stage read its outputs. Returns the run dir. Its jobs run on the local
-    executor on 2 cores, or through the local SLURM cluster (`default_run_executor`)."""
-    results = tmp_path_factory.mktemp("results")
+def _default_run_command(results: Path) -> list[str]:
     if default_run_executor() == "slurm":
-        request.getfixturevalue("slurm_cluster")
         where = ["--workflow-profile", "profiles/slurm-local"]
     else:
         where = ["--cores", "2"]
-    run_tool(
-        "snakemake",
-        *where,
-        "--config",
-        f"results_dir={results}",
-        "run=e2e",
-        check=True,
-        timeout=2400,
-    )
+    return [str(BIN / "snakemake"), *where, "--config", f"results_dir={results}", "run=e2e"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_run_started(request, tmp_path_factory):
+    """The default run (`default_run`) when tests that read it are selected: on the local
+    executor, started at once in the background, beside the tests that do not read it (they run
+    first: `pytest_collection_modifyitems`); through the one-node cluster
+    (APERTUS_TEST_EXECUTOR=slurm), when the first test that reads it starts. Stopped at the
+    session's end if still running."""
+    if not any("default_run" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    results = tmp_path_factory.mktemp("results")
+    run = BackgroundRun("default run", results, "e2e", _default_run_command(results), 3600)
+    if default_run_executor() == "local":
+        run.start()
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+@pytest.fixture(scope="session")
+def default_run(request, default_run_started):
+    """The whole default pipeline, run once per test session into a scratch results directory;
+    tests of each stage read its outputs. Returns the run dir. Its jobs run on the local
+    executor on 2 cores, or through the local SLURM cluster (`default_run_executor`)."""
+    if default_run_executor() == "slurm":
+        request.getfixturevalue("slurm_cluster")
+    run_dir = default_run_started.wait()
+    results = run_dir.parent
     # Where each step ran, before later tests re-run some steps locally (tests/slurm).
     jobs = {
         str(path.relative_to(results)): json.loads(path.read_text())["slurm_job_id"]
-        for path in find_step_manifests(results / "e2e")
+        for path in find_step_manifests(run_dir)
     }
     (results / SLURM_JOBS).write_text(json.dumps(jobs, indent=1))
-    return results / "e2e"
+    return run_dir
 
 
 def copy_upstream(default_run: Path, run_dir: Path, pretrain: tuple[str, ...] = ()) -> None:

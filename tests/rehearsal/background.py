@@ -1,106 +1,94 @@
 """The 8B rehearsal's whole run (tests/rehearsal/test_rehearsal.py), started in a thread when the
 test session starts (`rehearsal_run` in tests/conftest.py), so that its SLURM jobs, which spend
-much of their time waiting on the scheduler and on their own workflow parse, overlap the tests
-that need no cluster. The two-node cluster is the rehearsal's alone until it ends: the session
-runs the tests that use a cluster after it (`pytest_collection_modifyitems`)."""
+much of their time waiting on the scheduler, overlap the tests that need no cluster. The
+two-node cluster is the rehearsal's alone until it ends: the session runs the tests that use a
+cluster after it (`pytest_collection_modifyitems`)."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import threading
+import hashlib
+import os
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.conftest import BIN, REPO, local_cluster, run_tool
+from tests.conftest import BIN, REPO, BackgroundRun, local_cluster, run_tool
 
 PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
 OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
 TIMEOUT = 3600  # seconds for the whole pipeline (about 28 min alone on a slow CI machine)
+# Small steps share SLURM jobs (Snakemake's job groups): each SLURM job parses the workflow twice
+# (the job script's Snakemake, then the one it starts through `srun`), seconds of CPU that the
+# toy-size steps themselves barely spend. One job filters every source, one tokenizes them and
+# builds the phases, one per checkpoint exports and evaluates it. Every step still runs
+# through SLURM; the preset's own profile (profiles/slurm) keeps a job per step.
+GROUPS = {
+    "data_filter": "filter",
+    "tokenize_shards": "tokenize",
+    "tokenize_phase": "tokenize",
+    "export_checkpoint": "checkpoint",
+    "evaluate_checkpoint": "checkpoint",
+    "evaluate_memorization": "checkpoint",
+    "evaluate_instruct": "checkpoint",
+}
+# Unconnected steps of a group that share a job: all of them (a checkpoint's are connected).
+GROUP_COMPONENTS = {"filter": 100, "tokenize": 100}
+# lm-eval's side data (`evaluate.*.data_home`), which the run must read and not write.
+DATA_HOME = REPO / "rehearsal-inputs" / "eval-home"
 
 
-class Rehearsal:
+def digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def offline_env(scratch: Path) -> dict[str, str]:
+    """The environment of the rehearsal's Snakemake, which its SLURM jobs inherit: a home and a
+    Hugging Face home of their own (no cache or NLTK data of this machine's), every HTTP(S)
+    connection refused at once, no bytecode written (the data home stays as built). The run
+    then shows that it needs nothing but the stand-ins."""
+    env = {
+        **os.environ,
+        "HOME": str(scratch / "home"),
+        "HF_HOME": str(scratch / "hf"),
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    for name in ("NLTK_DATA", "HF_MODULES_CACHE", "HF_DATASETS_CACHE", "XDG_CACHE_HOME"):
+        env.pop(name, None)
+    return env
+
+
+class Rehearsal(BackgroundRun):
     def __init__(self, results: Path):
-        self.results = results
-        self.log = results / "snakemake.log"
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
-        self._stopping = False
-        self._error: BaseException | None = None
+        command = [
+            str(BIN / "snakemake"),
+            "--workflow-profile",
+            "profiles/slurm-local",
+            "--configfile",
+            str(PRESET),
+            str(OVERLAY),
+            "--config",
+            f"results_dir={results}",
+            "--groups",
+            *(f"{rule}={group}" for rule, group in GROUPS.items()),
+            "--group-components",
+            *(f"{group}={n}" for group, n in GROUP_COMPONENTS.items()),
+        ]
+        run = yaml.safe_load(OVERLAY.read_text())["run"]
+        super().__init__("rehearsal", results, run, command, TIMEOUT, env=offline_env(results))
+        self.data_home: dict[str, str] = {}  # DATA_HOME's digests before the run
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="rehearsal", daemon=True)
-        self._thread.start()
+    def prepare(self) -> None:
+        # The overlay reads its stand-ins from rehearsal-inputs/ in the working directory.
+        run_tool("python", "-m", "apertus.rehearsal", "rehearsal-inputs", check=True,
+                 timeout=600)  # fmt: skip
+        self.data_home = digests(DATA_HOME)
 
-    def wait(self) -> Path:
-        """The rehearsal's run directory once the whole pipeline ran (started now if it was
-        not); fails with the tail of Snakemake's log if it did not."""
-        if self._thread is None:
-            self.start()
-        while self._thread.is_alive():  # a join without a timeout would not see Ctrl-C
-            self._thread.join(timeout=1)
-        if self._error is not None:
-            raise self._error
-        if self._proc.returncode != 0:
-            tail = self.log.read_text(errors="replace")[-8000:]
-            pytest.fail(f"the rehearsal failed ({self._proc.returncode}), {self.log}:\n{tail}")
-        return self.results / yaml.safe_load(OVERLAY.read_text())["run"]
-
-    def stop(self) -> None:
-        """A rehearsal still running is interrupted (`_interrupt`); the thread then stops the
-        cluster."""
-        with self._lock:
-            self._stopping = True
-            proc = self._proc
-        if proc is not None and proc.poll() is None:
-            _interrupt(proc)
-        if self._thread is not None:
-            self._thread.join(timeout=300)
-
-    def _run(self) -> None:
-        try:
-            # The overlay reads its stand-ins from rehearsal-inputs/ in the working directory.
-            run_tool("python", "-m", "apertus.rehearsal", "rehearsal-inputs", check=True,
-                     timeout=600)  # fmt: skip
-            if self._stopping:  # the session ended meanwhile: no cluster to start
-                return
-            with local_cluster(2), open(self.log, "w") as log:
-                with self._lock:
-                    if self._stopping:
-                        raise RuntimeError("the session ended before the rehearsal started")
-                    self._proc = subprocess.Popen(
-                        [
-                            str(BIN / "snakemake"),
-                            "--workflow-profile",
-                            "profiles/slurm-local",
-                            "--configfile",
-                            str(PRESET),
-                            str(OVERLAY),
-                            "--config",
-                            f"results_dir={self.results}",
-                        ],
-                        cwd=REPO,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-                try:
-                    self._proc.wait(timeout=TIMEOUT)
-                except subprocess.TimeoutExpired as late:
-                    _interrupt(self._proc)
-                    raise RuntimeError(f"the rehearsal ran past {TIMEOUT} s ({self.log})") from late
-        except BaseException as error:  # pytest's skip and fail too: wait() raises them
-            self._error = error
-
-
-def _interrupt(proc: subprocess.Popen) -> None:
-    """Ctrl-C to Snakemake (it cancels its SLURM jobs), SIGKILL if it has not ended in a
-    minute: stopping the cluster after it cancels what is left."""
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    def around(self):
+        return local_cluster(2)  # stopped after the run, which then cancelled its jobs

@@ -9,14 +9,16 @@ report and the preset's benchmarks by name, and `apertus audit` finds it whole."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from apertus.core.config import load_config
 from apertus.core.manifest import find_step_manifests
+from apertus.rehearsal.models import LM_EVAL_TAGS
 from tests.conftest import assert_slurm_jobs_but_local_rules, run_tool
-from tests.rehearsal.background import OVERLAY, PRESET
+from tests.rehearsal.background import DATA_HOME, OVERLAY, PRESET, digests
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -45,7 +47,13 @@ def test_every_step_but_the_local_rules_ran_as_a_slurm_job(rehearsal):
         for path in find_step_manifests(rehearsal)
     }
     assert len(jobs) > 100
-    assert_slurm_jobs_but_local_rules(jobs)
+    grouped = re.compile(r"^(data/filtered/|tokenize/(shards|phases)/|export/|evaluate/lm_eval|"
+                         r"evaluate/memorization/)")  # fmt: skip
+    assert_slurm_jobs_but_local_rules(jobs, grouped=grouped)
+    # background.GROUPS: one job filters, one tokenizes, one per checkpoint exports and evaluates.
+    shared = {job for step, job in jobs.items() if grouped.search(step)}
+    checkpoints = {step for step in jobs if step.startswith("export/")}
+    assert len(shared) == 2 + len(checkpoints) == 2 + 11, sorted(shared)
 
 
 def test_training_sft_and_qrpo_ran_one_rank_on_each_of_the_two_nodes(rehearsal, merged):
@@ -85,6 +93,41 @@ def test_the_release_holds_what_the_preset_makes(rehearsal, merged):
     tasks += [t["task"] for t in merged["evaluate"]["instruct"]["tasks"]]
     missing = [task for task in tasks if f"{task}/" not in scores and f",{task}" not in scores]
     assert not missing, missing
+
+
+def _metrics(results: dict, task: str) -> set[str]:
+    return {
+        key
+        for key, value in results.get(task, {}).items()
+        if "_stderr" not in key and isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+@pytest.mark.parametrize("model", ["sft", "qrpo"])
+def test_every_instruct_task_scored_offline_on_the_stand_ins(
+    rehearsal, rehearsal_run, merged, model
+):
+    """Each task of the preset's instruct suite gave its metrics, from the stand-ins and the data
+    home alone: the run had no Hugging Face cache, no home of this machine's and no network
+    (background.offline_env), and lm-eval and `evaluate` wrote nothing in the data home."""
+    out = rehearsal / "evaluate" / "lm_eval_instruct" / model
+    found: dict[str, dict] = {}
+    for path in sorted((out / "lm_eval").glob("results-*.json")):
+        found.update(json.loads(path.read_text())["results"])
+    options = merged["evaluate"]["instruct"]
+    for name in (entry["task"] for entry in options["tasks"]):
+        for leaf in LM_EVAL_TAGS.get(name, (name,)):  # a tag has no row of its own
+            assert _metrics(found, leaf), (leaf, found.get(leaf))
+    assert {"pass@1,create_test"} <= _metrics(found, "humaneval_instruct")
+    assert {"pass_at_1,extract_code"} <= _metrics(found, "mbpp_instruct")
+    assert {"prompt_level_strict_acc,none"} <= _metrics(found, "ifeval")
+    lengths = options["metadata"]["max_seq_lengths"]
+    assert {f"{n},none" for n in lengths} <= _metrics(found, "ruler")
+    script = (out / "command.sh").read_text()
+    for variable, folder in (("HF_MODULES_CACHE", "modules"), ("NLTK_DATA", "nltk_data")):
+        assert f"{variable}={DATA_HOME / folder}" in script
+    assert "HF_EVALUATE_OFFLINE=1" in script and "HF_ALLOW_CODE_EVAL=1" in script
+    assert rehearsal_run.data_home and digests(DATA_HOME) == rehearsal_run.data_home
 
 
 def test_apertus_audit_finds_the_release_and_the_run_whole(rehearsal):

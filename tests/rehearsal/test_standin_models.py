@@ -7,7 +7,6 @@ project's lm-eval TaskManager, by its own name, on local rows."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from pathlib import Path
@@ -42,6 +41,7 @@ from apertus.tokenize.tokenizer import (
     save_pretrained_from,
 )
 from tests.conftest import REPO
+from tests.rehearsal.background import digests
 
 PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
 OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
@@ -64,14 +64,6 @@ def workdir(tmp_path_factory) -> Path:
 def in_workdir(workdir, monkeypatch) -> Path:
     monkeypatch.chdir(workdir)
     return workdir
-
-
-def digests(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def test_a_rebuild_gives_the_same_bytes(workdir):
@@ -317,110 +309,3 @@ def test_the_punkt_tab_stand_in_splits_sentences(workdir, monkeypatch):
         "He left early, e.g. at six.",
         "The end!",
     ]
-
-
-def _chat_model(workdir: Path, directory: Path, max_positions: int) -> Path:
-    """A random tiny ApertusForCausalLM on the stand-in tokenizer, exported as a chat model
-    (generation ends at </s> and <|assistant_end|>)."""
-    import json
-
-    import torch
-    from transformers import ApertusConfig, ApertusForCausalLM
-
-    from apertus.evaluate.lmeval import END_OF_TURN
-
-    tokenizer = load_tokenizer(str(workdir / STANDIN_ROOT / models.TOKENIZER_DIR))
-    config = ApertusConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=max_positions,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=3,
-    )
-    torch.manual_seed(0)
-    ApertusForCausalLM(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    end = tokenizer.get_vocab()[END_OF_TURN]
-    (directory / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": 1, "eos_token_id": [2, end], "pad_token_id": 3})
-    )
-    return directory
-
-
-def test_the_instruct_suite_runs_offline_on_the_stand_ins(workdir, config, tmp_path):
-    """The instruct step as the workflow runs it (a process of its own, in the working
-    directory the overlay's relative paths are read from) on every task of the preset's
-    instruct suite, a few documents each, with no Hugging Face cache and no network: each
-    task gives its metric, from the stand-ins and the data home alone."""
-    import json
-    import os
-    import subprocess
-    import sys
-    import time
-
-    options = dict(config["evaluate"]["instruct"])
-    assert options["confirm_run_unsafe_code"] and options["include_defaults"]
-    assert options["data_home"] == STANDIN_ROOT + models.EVAL_HOME_DIR
-    names = [entry["task"] for entry in options["tasks"]]
-    options["tasks"] = [{"task": name, "limit": 2} for name in names]
-    lengths = options["metadata"]["max_seq_lengths"]
-    model = _chat_model(workdir, tmp_path / "model", max_positions=max(lengths) + 512)
-    home = workdir / options["data_home"]
-    before = digests(home)
-    env = {
-        **os.environ,
-        "HOME": str(tmp_path / "home"),  # no ~/nltk_data, no ~/.cache/huggingface
-        "HF_HOME": str(tmp_path / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "HF_EVALUATE_OFFLINE": "1",
-        "HTTP_PROXY": "http://127.0.0.1:9",  # any connection fails at once
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-        "NO_PROXY": "",
-        "PYTHONDONTWRITEBYTECODE": "1",  # the data home stays as built
-    }
-    for name in ("NLTK_DATA", "HF_MODULES_CACHE", "HF_DATASETS_CACHE", "XDG_CACHE_HOME"):
-        env.pop(name, None)
-    out = tmp_path / "run"
-    command = [sys.executable, "-m", "apertus.evaluate.stage", "instruct"]
-    command += ["--config", json.dumps({"instruct": options}), "--model", str(model)]
-    command += ["--output", str(out), "--manifest", str(tmp_path / "run.manifest.json")]
-    start = time.monotonic()
-    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True)
-    seconds = time.monotonic() - start
-    assert done.returncode == 0, done.stderr[-4000:]
-
-    found: dict[str, dict] = {}
-    for path in sorted((out / "lm_eval").glob("results-*.json")):
-        found.update(json.loads(path.read_text())["results"])
-
-    def metrics(task: str) -> dict[str, float]:
-        return {
-            k: v
-            for k, v in found.get(task, {}).items()
-            if "_stderr" not in k and isinstance(v, int | float) and not isinstance(v, bool)
-        }
-
-    for name in names:
-        leaves = models.LM_EVAL_TAGS.get(name, (name,))  # a tag has no row of its own
-        for leaf in leaves:
-            assert metrics(leaf), (leaf, found.get(leaf), done.stderr[-4000:])
-    assert {"pass@1,create_test"} <= set(metrics("humaneval_instruct"))
-    assert {"pass_at_1,extract_code"} <= set(metrics("mbpp_instruct"))
-    assert {"prompt_level_strict_acc,none"} <= set(metrics("ifeval"))
-    assert {f"{n},none" for n in lengths} <= set(metrics("ruler"))
-    script = (out / "command.sh").read_text()
-    for variable, folder in (("HF_MODULES_CACHE", "modules"), ("NLTK_DATA", "nltk_data")):
-        assert f"{variable}={home.resolve() / folder}" in script or (
-            f"{variable}={home / folder}" in script
-        )
-    assert "HF_EVALUATE_OFFLINE=1" in script and "HF_ALLOW_CODE_EVAL=1" in script
-    assert digests(home) == before  # lm-eval and `evaluate` wrote nothing there
-    print(f"instruct suite, {len(names)} tasks offline: {seconds:.0f} s")
