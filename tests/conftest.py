@@ -19,6 +19,12 @@ BIN = Path(sys.executable).parent
 
 # Nothing in the tests may reach the network.
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+# The session runs several processes of torch at once on the machine's cores (the default run,
+# the rehearsal's jobs, tests of several ranks). OpenMP's threads, by default, spin while they
+# wait for each other, burning the core the other one needs: three 2-thread trainings at once
+# on 2 cores took 3x the CPU and wall time they take with waiting threads that sleep
+# (bench/RESULTS.md). Set before torch is loaded here; every process the tests start inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # A session started with SIGINT ignored (a background job of a shell without job control, as a
 # CI script may start it) would pass that on to every process the tests start, and the tests

@@ -402,6 +402,7 @@ def module_closure(entry: str) -> tuple[list[Path], set[str]]:
     return sorted(set(modules.values())), external
 
 
+@functools.cache  # a version lookup reads the environment's metadata: ~2 ms, 80 per parse
 def _installed(distribution: str) -> str | None:
     try:
         return version(distribution)
