@@ -274,6 +274,18 @@ def pytest_collection_modifyitems(items):
     items.sort(key=place)
 
 
+def _in_background(run: BackgroundRun):
+    """A session fixture's body: `run` started now where the default run uses the local
+    executor (else when its first test waits for it), stopped at the session's end if still
+    running."""
+    if default_run_executor() == "local":
+        run.start()
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def rehearsal_run(request, tmp_path_factory):
     """The 8B rehearsal's run (tests/rehearsal/background.py) when its tests are selected:
@@ -286,12 +298,7 @@ def rehearsal_run(request, tmp_path_factory):
     from tests.rehearsal.background import Rehearsal
 
     run = Rehearsal(tmp_path_factory.mktemp("rehearsal"))
-    if default_run_executor() == "local":
-        run.start()
-    try:
-        yield run
-    finally:
-        run.stop()
+    yield from _in_background(run)
 
 
 def _default_run_command(results: Path) -> list[str]:
@@ -314,12 +321,7 @@ def default_run_started(request, tmp_path_factory):
         return
     results = tmp_path_factory.mktemp("results")
     run = BackgroundRun("default run", results, "e2e", _default_run_command(results), 3600)
-    if default_run_executor() == "local":
-        run.start()
-    try:
-        yield run
-    finally:
-        run.stop()
+    yield from _in_background(run)
 
 
 @pytest.fixture(scope="session")
