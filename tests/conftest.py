@@ -226,8 +226,13 @@ def assert_slurm_jobs_but_local_rules(
         for step in local
     ), local
     shared = {job for step, job in jobs.items() if grouped and grouped.search(step)}
-    submitted = [job for job in jobs.values() if job is not None and job not in shared]
-    assert len(set(submitted)) == len(submitted)  # one job per other step
+    alone = [
+        job
+        for step, job in jobs.items()
+        if job is not None and not (grouped and grouped.search(step))
+    ]
+    assert len(set(alone)) == len(alone)  # one job per other step
+    assert not shared & set(alone)
 
 
 def default_run_executor() -> str:
