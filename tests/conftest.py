@@ -225,12 +225,12 @@ def assert_slurm_jobs_but_local_rules(
         step.startswith(prefix) and LOCAL_RULE_STEPS.search(step.removeprefix(prefix))
         for step in local
     ), local
-    shared = {job for step, job in jobs.items() if grouped and grouped.search(step)}
-    alone = [
-        job
-        for step, job in jobs.items()
-        if job is not None and not (grouped and grouped.search(step))
-    ]
+    shared, alone = set(), []
+    for step, job in jobs.items():
+        if grouped and grouped.search(step):
+            shared.add(job)
+        elif job is not None:
+            alone.append(job)
     assert len(set(alone)) == len(alone)  # one job per other step
     assert not shared & set(alone)
 

@@ -6,12 +6,13 @@ cluster after it (`pytest_collection_modifyitems`)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
+import re
 from pathlib import Path
 
 import yaml
 
+from apertus.core.files import sha256_file
 from tests.conftest import BIN, REPO, BackgroundRun, local_cluster, run_tool
 
 PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
@@ -33,15 +34,17 @@ GROUPS = {
 }
 # Unconnected steps of a group that share a job: all of them (a checkpoint's are connected).
 GROUP_COMPONENTS = {"filter": 100, "tokenize": 100}
+# The grouped rules' steps, by their manifests' paths in the run.
+GROUPED_STEPS = re.compile(
+    r"^(data/filtered/|tokenize/(shards|phases)/|export/|evaluate/lm_eval|evaluate/memorization/)"
+)
 # lm-eval's side data (`evaluate.*.data_home`), which the run must read and not write.
 DATA_HOME = REPO / "rehearsal-inputs" / "eval-home"
 
 
 def digests(root: Path) -> dict[str, str]:
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
+        str(p.relative_to(root)): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()
     }
 
 

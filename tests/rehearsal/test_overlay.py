@@ -17,10 +17,8 @@ from apertus.core.config import load_config
 from apertus.plan_check import plan_problems
 from apertus.rehearsal import data
 from apertus.rehearsal.overlay import STANDIN_ROOT, changes, dotted_key, drift, overlay_drift
-from tests.conftest import REPO, run_tool
-
-PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
-OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
+from tests.conftest import run_tool
+from tests.rehearsal.background import OVERLAY, PRESET
 
 
 def test_the_real_overlay_changes_only_sizes_and_locations():

@@ -9,7 +9,6 @@ report and the preset's benchmarks by name, and `apertus audit` finds it whole."
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from apertus.core.config import load_config
 from apertus.core.manifest import find_step_manifests
 from apertus.rehearsal.models import LM_EVAL_TAGS
 from tests.conftest import assert_slurm_jobs_but_local_rules, run_tool
-from tests.rehearsal.background import DATA_HOME, OVERLAY, PRESET, digests
+from tests.rehearsal.background import DATA_HOME, GROUPED_STEPS, OVERLAY, PRESET, digests
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -47,11 +46,9 @@ def test_every_step_but_the_local_rules_ran_as_a_slurm_job(rehearsal):
         for path in find_step_manifests(rehearsal)
     }
     assert len(jobs) > 100
-    grouped = re.compile(r"^(data/filtered/|tokenize/(shards|phases)/|export/|evaluate/lm_eval|"
-                         r"evaluate/memorization/)")  # fmt: skip
-    assert_slurm_jobs_but_local_rules(jobs, grouped=grouped)
+    assert_slurm_jobs_but_local_rules(jobs, grouped=GROUPED_STEPS)
     # background.GROUPS: one job filters, one tokenizes, one per checkpoint exports and evaluates.
-    shared = {job for step, job in jobs.items() if grouped.search(step)}
+    shared = {job for step, job in jobs.items() if GROUPED_STEPS.search(step)}
     checkpoints = {step for step in jobs if step.startswith("export/")}
     assert len(shared) == 2 + len(checkpoints) == 2 + 11, sorted(shared)
 

@@ -18,10 +18,7 @@ from apertus.data.steps import local_files, sources_of
 from apertus.data.train_classifiers import read_hub_labels
 from apertus.rehearsal import data
 from apertus.rehearsal.overlay import STANDIN_ROOT
-from tests.conftest import REPO
-
-PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
-OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
+from tests.rehearsal.background import OVERLAY, PRESET
 
 
 def tree(root: Path) -> dict[str, bytes]:

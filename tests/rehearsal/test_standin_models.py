@@ -40,11 +40,7 @@ from apertus.tokenize.tokenizer import (
     load_tokenizer,
     save_pretrained_from,
 )
-from tests.conftest import REPO
-from tests.rehearsal.background import digests
-
-PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
-OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
+from tests.rehearsal.background import OVERLAY, PRESET, digests
 
 
 @pytest.fixture(scope="module")
