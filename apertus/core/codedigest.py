@@ -34,13 +34,11 @@ write) is computed again and replaced.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -48,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from apertus.core import ApertusError
+from apertus.core.diskcache import JsonCache, user_cache
 
 __all__ = [
     "CODE_PARAM_PREFIX",
@@ -230,33 +229,27 @@ def _scope_of_record(record: dict[str, Any]) -> _Scope:
 
 
 class _FactsCache:
-    """Module facts kept on disk between processes: one JSON file per key (the sha256 of the
-    digest format, the Python version, the module's name and the file's bytes), holding the
-    facts and a sha256 of them. Unreadable, corrupt or foreign entries are misses; a folder
-    that cannot be written only costs the time of computing the facts again."""
+    """Module facts kept on disk between processes (`apertus.core.diskcache`), keyed by the
+    sha256 of the digest format, the Python version, the module's name and the file's bytes."""
 
-    FORMAT = 1  # bump when _ModuleFacts, _scope or the normalized dump changes
+    FORMAT = 2  # bump when _ModuleFacts, _scope or the normalized dump changes
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, entries: JsonCache) -> None:
+        self.entries = entries
 
     def key(self, source: bytes, module: str, is_package: bool) -> str:
         head = f"{DIGEST_VERSION}.{self.FORMAT} {sys.version_info[:2]} {module} {is_package}\n"
         return hashlib.sha256(head.encode() + source).hexdigest()
 
     def get(self, key: str) -> _ModuleFacts | None:
+        facts = self.entries.get(key)
         try:
-            stored = json.loads((self.folder / f"{key}.json").read_bytes())
-            facts = stored["facts"]
-            body = json.dumps(facts, sort_keys=True).encode()
-            if stored["key"] != key or stored["sha256"] != hashlib.sha256(body).hexdigest():
-                return None
             return _ModuleFacts(
                 facts["digest"],
                 _scope_of_record(facts["top"]),
                 {name: _scope_of_record(scope) for name, scope in facts["functions"].items()},
             )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def put(self, key: str, facts: _ModuleFacts) -> None:
@@ -265,32 +258,14 @@ class _FactsCache:
             "top": _scope_record(facts.top),
             "functions": {name: _scope_record(s) for name, s in facts.functions.items()},
         }
-        body = json.dumps(record, sort_keys=True).encode()
-        text = json.dumps({"key": key, "sha256": hashlib.sha256(body).hexdigest(), "facts": record})
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.")
-        except OSError:
-            return
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, self.folder / f"{key}.json")
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+        self.entries.put(key, record)
 
 
 @functools.cache
 def _facts_cache() -> _FactsCache | None:
     """The on-disk cache: ``APERTUS_CODE_CACHE`` (``off``: none), else the user's cache folder."""
-    chosen = os.environ.get("APERTUS_CODE_CACHE")
-    if chosen == "off":
-        return None
-    if chosen:
-        return _FactsCache(Path(chosen))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return _FactsCache(Path(base) / "apertus" / "codedigest")
+    entries = user_cache("codedigest", "APERTUS_CODE_CACHE")
+    return None if entries is None else _FactsCache(entries)
 
 
 def _facts(path: Path) -> _ModuleFacts:

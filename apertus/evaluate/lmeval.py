@@ -41,17 +41,20 @@ end-of-turn is refused before the model is loaded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from apertus.core import ApertusError
+from apertus.core.diskcache import user_cache
 from apertus.core.files import atomic_write_text
 from apertus.core.typed import Config
 
@@ -298,14 +301,106 @@ def task_manager(
     """lm-eval's TaskManager over our task directory and `include_path` (and the built-in
     tasks if asked; see :func:`include_dirs` for the order), with `metadata` given to every
     task (as lm-eval's CLI gives its model arguments and ``--metadata``: RULER reads its
-    tokenizer and lengths there)."""
+    tokenizer and lengths there). The built-in tasks' index comes from :func:`builtin_index`."""
     from lm_eval.tasks import TaskManager
 
     dirs = include_dirs(tasks_dir, include_path)
     if not dirs and not include_defaults:
         raise ApertusError("no tasks: give a task directory or set evaluate.suite.include_defaults")
-    return TaskManager(
-        include_path=dirs or None, include_defaults=include_defaults, metadata=metadata or None
+    manager = TaskManager(
+        include_path=dirs or None, include_defaults=False, metadata=metadata or None
+    )
+    if include_defaults:
+        # As TaskManager(include_defaults=True) builds it: the built-in tasks first, each of
+        # our directories' entries then replacing a built-in one of the same name.
+        index = {**builtin_index(), **manager._index}
+        manager.__dict__.update(_index_lists(index))
+    return manager
+
+
+def _index_lists(index: dict) -> dict[str, Any]:
+    """TaskManager's attributes for `index`, as its constructor derives them."""
+    from lm_eval.tasks._index import Kind
+
+    def named(*kinds) -> list[str]:
+        return sorted(name for name, entry in index.items() if entry.kind in kinds)
+
+    return {
+        "_index": index,
+        "_all_tasks": sorted(index),
+        "_all_subtasks": named(Kind.TASK, Kind.PY_TASK),
+        "_all_groups": named(Kind.GROUP),
+        "_all_tags": named(Kind.TAG),
+    }
+
+
+INDEX_FORMAT = 1  # bump when the stored form of an index entry changes
+
+
+def builtin_index() -> dict:
+    """lm-eval's index of its built-in tasks (``lm_eval.tasks._index.TaskIndex.build`` over
+    ``lm_eval/tasks``: ~14,700 YAML files, 7 s), kept between processes in the user's cache
+    (`apertus.core.diskcache`: ``~/.cache/apertus/lm-eval-index``; ``APERTUS_LMEVAL_CACHE=DIR``
+    names another folder, ``off`` turns it off) under a key of lm-eval's version, the Python
+    version and the path, size and modification time of every file under ``lm_eval/tasks``: an
+    edited, added or removed task file builds it again. Each evaluation step is a process of
+    its own, so each would otherwise build it again."""
+    from lm_eval.tasks import _index as lm_index
+
+    root = Path(lm_index.__file__).parent
+    cache = user_cache("lm-eval-index", "APERTUS_LMEVAL_CACHE")
+    if cache is None:
+        return lm_index.TaskIndex.build([root])
+    key = _tree_key(root)
+    stored = cache.get(key)
+    if stored is not None:
+        try:
+            return {name: _entry(lm_index, record) for name, record in stored.items()}
+        except (KeyError, TypeError, ValueError):
+            pass
+    index = lm_index.TaskIndex.build([root])
+    records = {name: _record(entry) for name, entry in index.items()}
+    # Kept only where the JSON form gives back the very same entries.
+    if json.loads(json.dumps(records)) == records and all(
+        _entry(lm_index, records[name]) == entry for name, entry in index.items()
+    ):
+        cache.put(key, records)
+    return index
+
+
+def _tree_key(root: Path) -> str:
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(
+        f"{INDEX_FORMAT} {version('lm_eval')} {sys.version_info[:2]} {root}\n".encode()
+    )
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            stat = os.stat(path)
+            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _record(entry) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "kind": entry.kind.name,
+        "yaml_path": None if entry.yaml_path is None else str(entry.yaml_path),
+        "cfg": entry.cfg,
+        "tags": sorted(entry.tags),
+    }
+
+
+def _entry(lm_index, record: dict[str, Any]):
+    path = record["yaml_path"]
+    return lm_index.Entry(
+        name=record["name"],
+        kind=lm_index.Kind[record["kind"]],
+        yaml_path=None if path is None else Path(path),
+        cfg=record["cfg"],
+        tags=set(record["tags"]),
     )
 
 

@@ -3,7 +3,6 @@ change (the syntax tree without docstrings), package versions, pins."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -25,6 +24,7 @@ from apertus.core.codedigest import (
     read_pins,
     step_code,
 )
+from apertus.core.diskcache import JsonCache
 from apertus.core.manifest import write_manifest
 
 SOURCE = textwrap.dedent(
@@ -209,11 +209,9 @@ def test_the_facts_kept_on_disk_give_the_same_digests_and_bad_entries_are_redone
     # They are read, not computed again: whole entries with other digests give other digests.
     kept = {entry: entry.read_bytes() for entry in entries}
     for entry in entries:
-        stored = json.loads(entry.read_bytes())
-        stored["facts"]["digest"] = "0" * 64
-        body = json.dumps(stored["facts"], sort_keys=True).encode()
-        stored["sha256"] = hashlib.sha256(body).hexdigest()
-        entry.write_text(json.dumps(stored))
+        facts = JsonCache(cache).get(entry.stem)
+        facts["digest"] = "0" * 64
+        JsonCache(cache).put(entry.stem, facts)
     other = _digests_in_a_new_process(str(cache))
     assert all(other[step] != computed[step] for step in computed)
     for entry, data in kept.items():
@@ -226,7 +224,7 @@ def test_the_facts_kept_on_disk_give_the_same_digests_and_bad_entries_are_redone
     entries[0].write_bytes(entries[0].read_bytes()[:40])
     entries[1].write_bytes(b"")
     assert _digests_in_a_new_process(str(cache)) == computed
-    assert all(json.loads(entry.read_bytes())["key"] == entry.stem for entry in entries)
+    assert all(JsonCache(cache).get(entry.stem) is not None for entry in entries)
     # An entry holding another file's facts under its name is not taken either.
     entries[3].write_bytes(entries[2].read_bytes())
     assert _digests_in_a_new_process(str(cache)) == computed

@@ -13,10 +13,12 @@ import pytest
 import torch
 
 from apertus.core import ApertusError
+from apertus.core.diskcache import JsonCache
 from apertus.evaluate.lmeval import (
     Invocation,
     LmEvalOptions,
     SuiteEntry,
+    _tree_key,
     lm_eval_command,
     plan_invocations,
     task_manager,
@@ -569,3 +571,47 @@ def test_a_task_whose_code_needs_an_absent_package_is_refused_naming_the_extra(m
     ]
     absent.clear()
     assert missing_packages(suite) == []
+
+
+# --------------------------------------------------------------------------------------------
+# The built-in tasks' index, kept between processes
+
+
+def test_the_kept_index_of_built_in_tasks_gives_lm_evals_own_task_manager(
+    evaluated, tmp_path, monkeypatch
+):
+    """task_manager(include_defaults=True) equals lm-eval's TaskManager over the same folders,
+    whether the built-in index is built and kept (cold) or read back (warm); what is read is
+    what was kept (a whole entry with a task removed removes it). Broken entries are misses
+    (apertus.core.diskcache; tests/core/test_codedigest.py)."""
+    from lm_eval.tasks import TaskManager
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("APERTUS_LMEVAL_CACHE", str(folder))
+    expected = TaskManager(include_path=[str(evaluated["tasks"])], include_defaults=True)
+    for _ in ("cold", "warm"):
+        manager = task_manager(evaluated["tasks"], include_defaults=True)
+        assert manager.task_index == expected.task_index
+        for listed in ("all_tasks", "all_subtasks", "all_groups", "all_tags"):
+            assert getattr(manager, listed) == getattr(expected, listed), listed
+    (entry,) = folder.glob("*.json")
+    cache = JsonCache(folder)
+    planted = cache.get(entry.stem)
+    del planted["arc_easy"]
+    cache.put(entry.stem, planted)
+    assert "arc_easy" not in task_manager(evaluated["tasks"], include_defaults=True).all_tasks
+
+
+def test_the_index_key_follows_every_task_file(tmp_path):
+    """An edited, added or removed file under the task folder gives another key."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "task.yaml").write_text("task: one\n")
+    keys = {_tree_key(tmp_path)}
+    (tmp_path / "a" / "task.yaml").write_text("task: second\n")  # another size
+    keys.add(_tree_key(tmp_path))
+    (tmp_path / "b.yaml").write_text("task: three\n")
+    keys.add(_tree_key(tmp_path))
+    (tmp_path / "a" / "task.yaml").unlink()
+    keys.add(_tree_key(tmp_path))
+    assert len(keys) == 4
+    assert _tree_key(tmp_path) in keys  # and the same tree the same key

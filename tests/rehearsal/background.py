@@ -18,25 +18,30 @@ from tests.conftest import BIN, REPO, BackgroundRun, local_cluster, run_tool
 PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
 OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
 TIMEOUT = 3600  # seconds for the whole pipeline (about 28 min alone on a slow CI machine)
-# Small steps share SLURM jobs (Snakemake's job groups): each SLURM job parses the workflow twice
-# (the job script's Snakemake, then the one it starts through `srun`), seconds of CPU that the
-# toy-size steps themselves barely spend. One job filters every source, one tokenizes them and
-# builds the phases, one per checkpoint exports and evaluates it. Every step still runs
-# through SLURM; the preset's own profile (profiles/slurm) keeps a job per step.
+# Small steps share SLURM jobs (Snakemake's job groups). Each SLURM job costs a submission, a
+# workflow parse in its job script and the scheduler's polling before the next step can start,
+# more than the toy-size steps themselves spend; inside a job, each step still runs through
+# `srun`. One job makes the data (classifiers, probes, instructions, every source filtered,
+# deduplicated, selected), one tokenizes it (split, tokenizer, held-out set, shards, phases, SFT
+# data, task files), one samples and scores QRPO's completions, one per checkpoint exports and
+# evaluates it. The preset's own profile (profiles/slurm) keeps a job per step.
 GROUPS = {
-    "data_filter": "filter",
-    "tokenize_shards": "tokenize",
-    "tokenize_phase": "tokenize",
-    "export_checkpoint": "checkpoint",
-    "evaluate_checkpoint": "checkpoint",
-    "evaluate_memorization": "checkpoint",
-    "evaluate_instruct": "checkpoint",
-}
+    "data": ("data_classifiers", "data_probes", "posttrain_instructions", "data_filter",
+             "data_dedup", "data_select"),
+    "tokenize": ("tokenize_split", "tokenize_tokenizer", "tokenize_heldout", "tokenize_shards",
+                 "tokenize_phase", "posttrain_sft_data", "evaluate_tasks"),
+    "sample": ("posttrain_qrpo_sample", "posttrain_qrpo_score_shard"),
+    "checkpoint": ("export_checkpoint", "evaluate_checkpoint", "evaluate_memorization",
+                   "evaluate_instruct"),
+}  # fmt: skip
 # Unconnected steps of a group that share a job: all of them (a checkpoint's are connected).
-GROUP_COMPONENTS = {"filter": 100, "tokenize": 100}
+GROUP_COMPONENTS = {"data": 100, "tokenize": 100, "sample": 100}
 # The grouped rules' steps, by their manifests' paths in the run.
 GROUPED_STEPS = re.compile(
-    r"^(data/filtered/|tokenize/(shards|phases)/|export/|evaluate/lm_eval|evaluate/memorization/)"
+    r"^(data/(classifiers/|probes\.|filtered/|dedup\.|corpus\.)|posttrain/instructions\."
+    r"|tokenize/|posttrain/sft_data\.|evaluate/tasks\."
+    r"|posttrain/qrpo_(samples|scored_shards)/"
+    r"|export/|evaluate/lm_eval|evaluate/memorization/)"
 )
 # lm-eval's side data (`evaluate.*.data_home`), which the run must read and not write.
 DATA_HOME = REPO / "rehearsal-inputs" / "eval-home"
@@ -79,7 +84,7 @@ class Rehearsal(BackgroundRun):
             "--config",
             f"results_dir={results}",
             "--groups",
-            *(f"{rule}={group}" for rule, group in GROUPS.items()),
+            *(f"{rule}={group}" for group, rules in GROUPS.items() for rule in rules),
             "--group-components",
             *(f"{group}={n}" for group, n in GROUP_COMPONENTS.items()),
         ]

@@ -4,6 +4,7 @@ import pytest
 
 from apertus.core import REPO_ROOT
 from apertus.core.config import load_config
+from apertus.evaluate.lmeval import task_manager
 from apertus.model.flavors import flavor
 
 PRESETS = REPO_ROOT / "config" / "presets"
@@ -224,9 +225,8 @@ RECIPE_TASKS |= {"include_base_44_german", "include_base_44_french", "include_ba
 
 @pytest.fixture(scope="module")
 def lm_eval_task_names():
-    from lm_eval.tasks import TaskManager
-
-    return set(TaskManager().all_tasks)
+    # lm-eval's own TaskManager (its built-in index kept between processes: test_lmeval.py)
+    return set(task_manager(None, include_defaults=True).all_tasks)
 
 
 def test_evaluation_suite_is_recipe_section_8_and_exists_in_lm_eval(preset, lm_eval_task_names):
