@@ -53,6 +53,11 @@ if [ "$what" = test ] && [ "$(id -u)" = 0 ] && ! command -v chromium >/dev/null;
     echo "warning: chromium could not be installed; the browser tests will skip" >&2
 fi
 
+# Byte-compile the package (after the first time, only changed files): where
+# PYTHONDONTWRITEBYTECODE is set, Python writes no .pyc files and compiles the modules it imports
+# again in every process: each pipeline step, SLURM job and test subprocess.
+"$venv/bin/python" -m compileall -q apertus >/dev/null || true
+
 export PATH="$(cd "$venv" && pwd)/bin:$PATH"
 case "$what" in
   # Through `apertus run`: dotted --config keys, which Snakemake refuses with a traceback, are
