@@ -342,7 +342,8 @@ def builtin_index() -> dict:
     ``lm_eval/tasks``: ~14,700 YAML files, 7 s), kept between processes in the user's cache
     (`apertus.core.diskcache`: ``~/.cache/apertus/lm-eval-index``; ``APERTUS_LMEVAL_CACHE=DIR``
     names another folder, ``off`` turns it off) under a key of lm-eval's version, the Python
-    version and the path, size and modification time of every file under ``lm_eval/tasks``: an
+    version and the path, size and modification time of every file under ``lm_eval/tasks`` (but
+    bytecode): an
     edited, added or removed task file builds it again. Each evaluation step is a process of
     its own, so each would otherwise build it again."""
     from lm_eval.tasks import _index as lm_index
@@ -375,7 +376,7 @@ def _tree_key(root: Path) -> str:
         f"{INDEX_FORMAT} {version('lm_eval')} {sys.version_info[:2]} {root}\n".encode()
     )
     for folder, subfolders, files in os.walk(root):
-        subfolders.sort()
+        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
         for name in sorted(files):
             path = os.path.join(folder, name)
             stat = os.stat(path)
