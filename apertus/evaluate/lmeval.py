@@ -342,10 +342,9 @@ def builtin_index() -> dict:
     ``lm_eval/tasks``: ~14,700 YAML files, 7 s), kept between processes in the user's cache
     (`apertus.core.diskcache`: ``~/.cache/apertus/lm-eval-index``; ``APERTUS_LMEVAL_CACHE=DIR``
     names another folder, ``off`` turns it off) under a key of lm-eval's version, the Python
-    version and the path, size and modification time of every file under ``lm_eval/tasks`` (but
-    bytecode): an
-    edited, added or removed task file builds it again. Each evaluation step is a process of
-    its own, so each would otherwise build it again."""
+    version and the path, size and modification time of every file under ``lm_eval/tasks``
+    (bytecode aside): an edited, added or removed task file builds it again. Each evaluation
+    step is a process of its own, so each would otherwise build it again."""
     from lm_eval.tasks import _index as lm_index
 
     root = Path(lm_index.__file__).parent
