@@ -361,9 +361,8 @@ def builtin_index() -> dict:
     index = lm_index.TaskIndex.build([root])
     records = {name: _record(entry) for name, entry in index.items()}
     # Kept only where the JSON form gives back the very same entries.
-    if json.loads(json.dumps(records)) == records and all(
-        _entry(lm_index, records[name]) == entry for name, entry in index.items()
-    ):
+    restored = json.loads(json.dumps(records))
+    if all(_entry(lm_index, restored[name]) == entry for name, entry in index.items()):
         cache.put(key, records)
     return index
 
