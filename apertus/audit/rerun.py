@@ -402,9 +402,18 @@ def _output_files(record: StepRecord, scratch: Path) -> list[tuple[Path, str | N
 def rerun_step(run_dir: Path, selector: str, scratch: Path | None = None) -> RerunReport:
     """Re-execute one recorded step of `run_dir` into `scratch` and compare its outputs."""
     record = find_step(run_dir, selector)
-    if scratch is None:
-        scratch = Path(tempfile.mkdtemp(prefix="apertus-rerun-"))
-    elif scratch.exists() and any(scratch.iterdir()):
+    if scratch is not None:
+        return _rerun_into(record, run_dir, scratch)
+    scratch = Path(tempfile.mkdtemp(prefix="apertus-rerun-"))
+    try:
+        return _rerun_into(record, run_dir, scratch)
+    finally:
+        if not any(scratch.iterdir()):  # nothing ran (inputs changed, an error): no litter
+            scratch.rmdir()
+
+
+def _rerun_into(record: StepRecord, run_dir: Path, scratch: Path) -> RerunReport:
+    if scratch.exists() and any(scratch.iterdir()):
         raise ApertusError(f"--scratch {scratch}: not empty; give an empty or new directory")
     scratch = scratch.resolve()
     if _is_within(str(scratch), str(run_dir.resolve())):

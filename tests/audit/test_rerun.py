@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import tempfile
 
 import pytest
 
@@ -94,7 +95,7 @@ def test_nondeterministic_timestamp_is_within_tolerance(tiny_run, tmp_path):
     assert report.ok
 
 
-def test_changed_input_means_no_rerun(tiny_run, tmp_path, capsys):
+def test_changed_input_means_no_rerun(tiny_run, tmp_path, capsys, monkeypatch):
     web = tiny_run / "data/sample/web.jsonl.gz"
     web.write_bytes(gzip.compress(gzip.decompress(web.read_bytes()) + b"\n"))
     scratch = tmp_path / "scratch"
@@ -103,8 +104,12 @@ def test_changed_input_means_no_rerun(tiny_run, tmp_path, capsys):
     changed = [i.path for i in report.inputs if i.changed]
     assert changed == ["data/sample/web.jsonl.gz"]
     assert not (scratch / "data").exists()  # nothing ran
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     assert cli(["audit", str(tiny_run), "--rerun", "data/robots"]) == 1
     assert "verdict: inputs changed" in capsys.readouterr().out
+    assert not list(temp.iterdir())  # the scratch folder it made for nothing is gone
 
 
 def test_manifest_from_before_the_command_key_cannot_be_rerun(tiny_run, capsys):

@@ -702,13 +702,15 @@ def test_requeued_slurm_job_resumes_to_the_uninterrupted_weights(
             time.sleep(0.05)
         assert requeued_after is not None, log.read_text()[-4000:] if log.exists() else ""
         _start_when_pending(job_id, requeued_at)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not (tmp_path / "out" / "run.json").exists():
+        # The step's manifest is written last, after run.json: waiting for run.json and then
+        # cancelling the job could kill it between the two.
+        manifest, deadline = tmp_path / "out" / "manifest.json", time.monotonic() + 600
+        while time.monotonic() < deadline and not manifest.exists():
             time.sleep(1)
-        assert (tmp_path / "out" / "run.json").exists(), log.read_text()[-4000:]
+        assert manifest.exists(), log.read_text()[-4000:]
     finally:
         subprocess.run(["scancel", job_id], check=False)
-    step = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    step = json.loads(manifest.read_text())
     assert step["summary"]["resumed_from_step"] >= 10
     ours, theirs = final_weights(tmp_path / "out"), final_weights(one_process / "out")
     for name, value in theirs.items():
