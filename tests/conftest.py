@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from shutil import which
 
@@ -148,6 +149,28 @@ class BackgroundRun:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
+    @property
+    def ended(self) -> bool:
+        """Started and no longer running (passed or failed)."""
+        return self._thread is not None and not self._thread.is_alive()
+
+    def reached(self, steps: tuple[str, ...]) -> bool:
+        """Whether the run has written all of `steps` (paths in its run directory: step
+        manifests, each written when its step has ended)."""
+        return all((self.results / self.run / step).exists() for step in steps)
+
+    def wait_for(self, steps: tuple[str, ...]) -> Path:
+        """The run directory once `steps` are there (`reached`), while the run goes on; fails as
+        `wait` does if the run ends without them."""
+        if self._thread is None:
+            self.start()
+        while self._thread.is_alive() and not self.reached(steps):
+            time.sleep(1)
+        if not self.reached(steps):
+            self.wait()
+            pytest.fail(f"the {self.name} passed but wrote not all of {', '.join(steps)}")
+        return self.results / self.run
+
     def wait(self) -> Path:
         """The run directory once the whole pipeline ran (started now if it was not); fails
         with the tail of Snakemake's log if it did not."""
@@ -263,32 +286,128 @@ def slurm_cluster():
         subprocess.run(["bash", CLUSTER_SCRIPT, "stop"], check=False, timeout=120)
 
 
+# Fixtures of a part of the default run, each with the steps whose manifests its tests wait
+# for: the whole data stage (the funnel comes after every filter, dedup and the selection; the
+# probes stand alone), and tokenization with phase 1 and phase 2 (phase 2 comes after every
+# tokenization step but the held-out set). Their tests start while the rest of the run goes on.
+DEFAULT_RUN_PARTS = {
+    "default_run_data": ("data/funnel.manifest.json", "data/probes.manifest.json"),
+    "default_run_phase2": ("pretrain/phase2.manifest.json", "tokenize/heldout.manifest.json"),
+}
+
+
+def _reads_default_run(item) -> bool:
+    return "default_run" in item.fixturenames or any(
+        part in item.fixturenames for part in DEFAULT_RUN_PARTS
+    )
+
+
+def _place(item) -> int:
+    """0: a test that reads neither background run; 1: one that reads the default run (or a
+    part of it); 2: the rehearsal's; 3: the other tests on a SLURM cluster."""
+    if item.get_closest_marker("slurm") is None:
+        return 1 if _reads_default_run(item) else 0
+    return 2 if "rehearsal" in item.fixturenames else 3
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    """The tests that use a SLURM cluster (marked `slurm`) last, the rehearsal's first among
-    them: the rehearsal runs on the two-node cluster from the session's start (`rehearsal_run`)
-    while the tests without a cluster run, and no other test may stop or share its cluster.
-    Before them, the tests that read the default run after those that do not, which run while
-    the default run runs in the background (`default_run_started`)."""
+    """The order when nothing runs in the background (`_place`): the tests that read neither
+    run, then those of the default run, the rehearsal's, and the other tests on a SLURM cluster
+    last, since no other test may stop or share the rehearsal's two-node cluster. With the runs
+    in the background, `pytest_runtestloop` takes a later test as soon as what it reads is
+    there. Among the default run's, those of a part of it (`DEFAULT_RUN_PARTS`) first, in the
+    order the run makes them."""
+    parts = list(DEFAULT_RUN_PARTS)
+    items.sort(
+        key=lambda item: (
+            _place(item),
+            min((parts.index(p) for p in parts if p in item.fixturenames), default=len(parts)),
+        )
+    )
 
-    def place(item) -> int:
-        if item.get_closest_marker("slurm") is None:
-            return 1 if "default_run" in item.fixturenames else 0
-        return 2 if "rehearsal" in item.fixturenames else 3
 
-    items.sort(key=place)
+# The background runs of this session, by name ("default run", "rehearsal"): `_in_background`.
+BACKGROUND: dict[str, "BackgroundRun"] = {}
 
 
-def _in_background(run: BackgroundRun):
+def _ready(item, pending) -> bool:
+    """Whether `item` can run now without waiting: the background runs it reads have ended, and
+    a test on a SLURM cluster comes after the rehearsal and its tests (the two-node cluster is
+    the rehearsal's alone while it runs)."""
+    place = _place(item)
+    if place == 3 and any(_place(other) == 2 for other in pending):
+        return False
+    if place >= 2 and not _ended("rehearsal"):
+        return False
+    if "default_run" in item.fixturenames:
+        return _ended("default run")
+    run = BACKGROUND.get("default run")
+    return all(
+        run is not None and (run.ended or run.reached(steps))
+        for part, steps in DEFAULT_RUN_PARTS.items()
+        if part in item.fixturenames
+    )
+
+
+def _ended(name: str) -> bool:
+    return name in BACKGROUND and BACKGROUND[name].ended
+
+
+def _next_item(pending: list):
+    """The next test to run: the first, in `_place` order, of those that waited for a background
+    run and need not wait any more; else the first that reads neither run; else the first
+    (which then waits). The tests that read neither run fill the time the runs take."""
+    ready = [item for item in pending if _ready(item, pending)]
+    waited = [item for item in ready if _place(item) > 0]
+    return (waited or ready or pending or [None])[0]
+
+
+def pytest_runtestloop(session):
+    """pytest's own loop (`_pytest.main.pytest_runtestloop`), but the next test is chosen when
+    the one before starts (`_next_item`), so that a test reading a background run starts as soon
+    as the run has ended, not after every test that reads neither."""
+    if session.config.option.collectonly:
+        return None  # pytest's own loop
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} errors during collection")
+    pending = list(session.items)
+    item = _next_item(pending)
+    while item is not None:
+        pending.remove(item)
+        nextitem = _next_item(pending)
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        item = nextitem
+    return True
+
+
+# The CPU priority (nice) the rest of the session takes once the rehearsal runs: the tests and
+# the default run. The rehearsal's chain of SLURM jobs waits on the scheduler between its
+# steps and keeps only about half of 2 cores busy alone; at the same priority as the tests and
+# the default run, each of its steps also waits for a share of the cores, and it took 46 min of
+# a CI run's 54 on 2 cores (29 min alone). With priority, it takes what it needs when it needs
+# it, and the rest fills the time between.
+YIELD_TO_THE_REHEARSAL = 5
+
+
+def _in_background(run: BackgroundRun, then=None):
     """A session fixture's body: `run` started now where the default run uses the local
-    executor (else when its first test waits for it), stopped at the session's end if still
-    running."""
+    executor (else when its first test waits for it), then `then()`; stopped at the session's
+    end if still running."""
     if default_run_executor() == "local":
         run.start()
+        if then is not None:
+            then()
+    BACKGROUND[run.name] = run
     try:
         yield run
     finally:
         run.stop()
+        del BACKGROUND[run.name]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -303,7 +422,16 @@ def rehearsal_run(request, tmp_path_factory):
     from tests.rehearsal.background import Rehearsal
 
     run = Rehearsal(tmp_path_factory.mktemp("rehearsal"))
-    yield from _in_background(run)
+    yield from _in_background(run, then=_yield_to_the_rehearsal)
+
+
+def _yield_to_the_rehearsal() -> None:
+    """This thread, and what it starts from now on (the tests' processes, the default run's
+    thread and its jobs), at `YIELD_TO_THE_REHEARSAL`: on Linux a thread's nice is its own, so
+    the rehearsal's thread, started before, and its processes (the cluster's daemons and the
+    jobs they run) keep theirs."""
+    with contextlib.suppress(OSError):
+        os.nice(YIELD_TO_THE_REHEARSAL)
 
 
 def _default_run_command(results: Path) -> list[str]:
@@ -315,13 +443,13 @@ def _default_run_command(results: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def default_run_started(request, tmp_path_factory):
+def default_run_started(request, tmp_path_factory, rehearsal_run):
     """The default run (`default_run`) when tests that read it are selected: on the local
     executor, started at once in the background, beside the tests that do not read it (they run
     first: `pytest_collection_modifyitems`); through the one-node cluster
     (APERTUS_TEST_EXECUTOR=slurm), when the first test that reads it starts. Stopped at the
     session's end if still running."""
-    if not any("default_run" in item.fixturenames for item in request.session.items):
+    if not any(_reads_default_run(item) for item in request.session.items):
         yield None
         return
     results = tmp_path_factory.mktemp("results")
@@ -345,6 +473,25 @@ def default_run(request, default_run_started):
     }
     (results / SLURM_JOBS).write_text(json.dumps(jobs, indent=1))
     return run_dir
+
+
+def _default_run_part(request, part: str) -> Path:
+    if default_run_executor() == "slurm":
+        return request.getfixturevalue("default_run")
+    return request.getfixturevalue("default_run_started").wait_for(DEFAULT_RUN_PARTS[part])
+
+
+@pytest.fixture(scope="session")
+def default_run_data(request):
+    """The default run's directory once its data stage is done (`DEFAULT_RUN_PARTS`)."""
+    return _default_run_part(request, "default_run_data")
+
+
+@pytest.fixture(scope="session")
+def default_run_phase2(request):
+    """The default run's directory once its data, tokenization, phase 1 and phase 2 are done
+    (`DEFAULT_RUN_PARTS`)."""
+    return _default_run_part(request, "default_run_phase2")
 
 
 def copy_upstream(default_run: Path, run_dir: Path, pretrain: tuple[str, ...] = ()) -> None:

@@ -194,13 +194,13 @@ def check_hub_tokenizer_run(run_dir) -> None:
 
 
 def test_a_bos_only_hub_tokenizer_with_the_apertus_layout_tokenizes_and_trains(
-    default_run, tmp_path
+    default_run_data, tmp_path
 ):
     """The issue's check: a Hub-format tokenizer whose post-processor adds only <s> (as Llama's,
     Mistral's and Apertus' do), with the Apertus layout, through tokenization and the first
     pretraining phase of the default DAG, on the default run's data stage."""
     run_dir = tmp_path / "results" / "hub"
-    shutil.copytree(default_run / "data", run_dir / "data", symlinks=True)
+    shutil.copytree(default_run_data / "data", run_dir / "data", symlinks=True)
     texts = [r["text"] for r in itertools.islice(read_corpus(run_dir / "data" / "corpus"), 200)]
     tokenizer_dir = save_apertus_layout_tokenizer(tmp_path / "apertus-tokenizer", texts)
     overlay = tmp_path / "overlay.yaml"

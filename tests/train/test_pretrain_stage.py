@@ -100,7 +100,9 @@ def test_changing_the_lr_reruns_pretraining_not_tokenization(default_run, tmp_pa
     }
 
 
-def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_run, tmp_path):
+def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(
+    default_run_phase2, tmp_path
+):
     """Ctrl-C in the middle of phase 1, then the same snakemake command again: training starts
     from the last checkpoint, not from step 0, and ends with the uninterrupted run's loss
     (CPU training is deterministic). The data and tokenization outputs are copied from the
@@ -109,20 +111,20 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(default_
     and writes the next one before Ctrl-C, so that only the end of phase 1 trains and the
     re-run has several checkpoints to choose from."""
     run_dir = tmp_path / "results" / "e2e"
-    copy_upstream(default_run, run_dir)
-    uninterrupted = record(default_run, "phase1")
+    copy_upstream(default_run_phase2, run_dir)
+    uninterrupted = record(default_run_phase2, "phase1")
     final = uninterrupted["final_step"]
-    checkpoint = json.loads((default_run / "pretrain" / "phase1" / "spec.json").read_text())[
+    checkpoint = json.loads((default_run_phase2 / "pretrain" / "phase1" / "spec.json").read_text())[
         "checkpoint"
     ]
     # spec.json in the output holds its paths relative to its folder (RunSpec.relative_to).
     interval = checkpoint["interval"]
-    default_ckpt = default_run / "pretrain" / "phase1" / checkpoint["folder"]
+    default_ckpt = default_run_phase2 / "pretrain" / "phase1" / checkpoint["folder"]
     # Ctrl-C after the checkpoint four intervals before the last one.
     last_interval = (final - 1) // interval * interval
     stop_after = max(last_interval - 4 * interval, 2 * interval)
     start = stop_after - interval
-    work = phase1_work_dir(default_run, run_dir)
+    work = phase1_work_dir(default_run_phase2, run_dir)
     shutil.copytree(default_ckpt / f"step-{start}", work / "ckpt" / f"step-{start}")
     target = run_dir / "pretrain" / "phase1.manifest.json"
     command = [
