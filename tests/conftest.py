@@ -150,10 +150,6 @@ class BackgroundRun:
         self._thread.start()
 
     @property
-    def started(self) -> bool:
-        return self._thread is not None
-
-    @property
     def ended(self) -> bool:
         """Started and no longer running (passed or failed)."""
         return self._thread is not None and not self._thread.is_alive()
@@ -389,15 +385,13 @@ def pytest_runtestloop(session):
     return True
 
 
-# CPU priorities (nice) while the rehearsal runs: the rehearsal 0, the tests 5, the default
-# run 10. The rehearsal's chain of SLURM jobs waits on the scheduler between its steps and keeps
-# only about half of 2 cores busy alone; at the tests' priority each of its steps also waits for
-# a share of the cores: it took 46 min of a CI run's 54 on 2 cores (27 min alone). The tests
-# run one at a time, the longest chain of the three once the rehearsal has priority; the
-# default run, on 2 cores, fills the time between and still ends before its last tests are
-# due (bench/RESULTS.md).
+# The CPU priority (nice) the rest of the session takes once the rehearsal runs: the tests and
+# the default run. The rehearsal's chain of SLURM jobs waits on the scheduler between its
+# steps and keeps only about half of 2 cores busy alone; at the same priority as the tests and
+# the default run, each of its steps also waits for a share of the cores, and it took 46 min of
+# a CI run's 54 on 2 cores (29 min alone). With priority, it takes what it needs when it needs
+# it, and the rest fills the time between.
 YIELD_TO_THE_REHEARSAL = 5
-DEFAULT_RUN_YIELDS = 5  # more, to the tests
 
 
 def _in_background(run: BackgroundRun, then=None):
@@ -432,21 +426,12 @@ def rehearsal_run(request, tmp_path_factory):
 
 
 def _yield_to_the_rehearsal() -> None:
-    """Where the rehearsal can run: this thread, and what it starts from now on (the tests'
-    processes, the default run's thread and its jobs), at `YIELD_TO_THE_REHEARSAL`. On Linux a
-    thread's nice is its own, so the rehearsal's thread, started before, and its processes (the
-    cluster's daemons and the jobs they run) keep theirs."""
-    if slurm_installable() is None:
-        with contextlib.suppress(OSError):
-            os.nice(YIELD_TO_THE_REHEARSAL)
-
-
-def _yields_to_the_tests(rehearsal: BackgroundRun | None) -> list[str]:
-    """The default run's command prefix while the rehearsal runs: ``nice`` (see
-    `YIELD_TO_THE_REHEARSAL`)."""
-    if rehearsal is None or not rehearsal.started or slurm_installable() is not None:
-        return []
-    return ["nice", "-n", str(DEFAULT_RUN_YIELDS)]
+    """This thread, and what it starts from now on (the tests' processes, the default run's
+    thread and its jobs), at `YIELD_TO_THE_REHEARSAL`: on Linux a thread's nice is its own, so
+    the rehearsal's thread, started before, and its processes (the cluster's daemons and the
+    jobs they run) keep theirs."""
+    with contextlib.suppress(OSError):
+        os.nice(YIELD_TO_THE_REHEARSAL)
 
 
 def _default_run_command(results: Path) -> list[str]:
@@ -468,8 +453,7 @@ def default_run_started(request, tmp_path_factory, rehearsal_run):
         yield None
         return
     results = tmp_path_factory.mktemp("results")
-    command = [*_yields_to_the_tests(rehearsal_run), *_default_run_command(results)]
-    run = BackgroundRun("default run", results, "e2e", command, 3600)
+    run = BackgroundRun("default run", results, "e2e", _default_run_command(results), 3600)
     yield from _in_background(run)
 
 
