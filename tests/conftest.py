@@ -331,12 +331,11 @@ def pytest_collection_modifyitems(items):
 BACKGROUND: dict[str, "BackgroundRun"] = {}
 
 
-def _ready(item, pending) -> bool:
-    """Whether `item` can run now without waiting: the background runs it reads have ended, and
-    a test on a SLURM cluster comes after the rehearsal and its tests (the two-node cluster is
-    the rehearsal's alone while it runs)."""
-    place = _place(item)
-    if place == 3 and any(_place(other) == 2 for other in pending):
+def _ready(item, place: int, pending: dict[int, list]) -> bool:
+    """Whether `item` (at `place`) can run now without waiting: the background runs it reads
+    have ended, and a test on a SLURM cluster comes after the rehearsal and its tests (the
+    two-node cluster is the rehearsal's alone while it runs)."""
+    if place == 3 and pending[2]:
         return False
     if place >= 2 and not _ended("rehearsal"):
         return False
@@ -354,13 +353,17 @@ def _ended(name: str) -> bool:
     return name in BACKGROUND and BACKGROUND[name].ended
 
 
-def _next_item(pending: list):
-    """The next test to run: the first, in `_place` order, of those that waited for a background
-    run and need not wait any more; else the first that reads neither run; else the first
-    (which then waits). The tests that read neither run fill the time the runs take."""
-    ready = [item for item in pending if _ready(item, pending)]
-    waited = [item for item in ready if _place(item) > 0]
-    return (waited or ready or pending or [None])[0]
+def _next_item(pending: dict[int, list]):
+    """The next test to run, from the tests not run yet by `_place` (each list in the collection's
+    order): the first of those that waited for a background run and need not wait any more;
+    else the first that reads neither run; else the first in `_place` order (which then waits).
+    The tests that read neither run fill the time the runs take. A call looks at the few tests
+    of the runs only: over all tests it took 63 ms, 145 s of a session's CPU."""
+    for place in (1, 2, 3):
+        for item in pending[place]:
+            if _ready(item, place, pending):
+                return item
+    return next((items[0] for _, items in sorted(pending.items()) if items), None)
 
 
 def pytest_runtestloop(session):
@@ -371,10 +374,14 @@ def pytest_runtestloop(session):
         return None  # pytest's own loop
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} errors during collection")
-    pending = list(session.items)
+    pending: dict[int, list] = {0: [], 1: [], 2: [], 3: []}
+    places = {}
+    for item in session.items:
+        places[item] = _place(item)
+        pending[places[item]].append(item)
     item = _next_item(pending)
     while item is not None:
-        pending.remove(item)
+        pending[places[item]].remove(item)
         nextitem = _next_item(pending)
         item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
         if session.shouldfail:
