@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from shutil import which
 
@@ -165,7 +164,7 @@ class BackgroundRun:
         if self._thread is None:
             self.start()
         while self._thread.is_alive() and not self.reached(steps):
-            time.sleep(1)
+            self._thread.join(timeout=1)
         if not self.reached(steps):
             self.wait()
             pytest.fail(f"the {self.name} passed but wrote not all of {', '.join(steps)}")
@@ -296,10 +295,13 @@ DEFAULT_RUN_PARTS = {
 }
 
 
+def _parts_read(item) -> list[str]:
+    """The parts of the default run (`DEFAULT_RUN_PARTS`) that `item` reads, in their order."""
+    return [part for part in DEFAULT_RUN_PARTS if part in item.fixturenames]
+
+
 def _reads_default_run(item) -> bool:
-    return "default_run" in item.fixturenames or any(
-        part in item.fixturenames for part in DEFAULT_RUN_PARTS
-    )
+    return "default_run" in item.fixturenames or bool(_parts_read(item))
 
 
 def _place(item) -> int:
@@ -320,10 +322,7 @@ def pytest_collection_modifyitems(items):
     order the run makes them."""
     parts = list(DEFAULT_RUN_PARTS)
     items.sort(
-        key=lambda item: (
-            _place(item),
-            min((parts.index(p) for p in parts if p in item.fixturenames), default=len(parts)),
-        )
+        key=lambda item: (_place(item), min([*map(parts.index, _parts_read(item)), len(parts)]))
     )
 
 
@@ -343,9 +342,8 @@ def _ready(item, place: int, pending: dict[int, list]) -> bool:
         return _ended("default run")
     run = BACKGROUND.get("default run")
     return all(
-        run is not None and (run.ended or run.reached(steps))
-        for part, steps in DEFAULT_RUN_PARTS.items()
-        if part in item.fixturenames
+        run is not None and (run.ended or run.reached(DEFAULT_RUN_PARTS[part]))
+        for part in _parts_read(item)
     )
 
 
@@ -375,13 +373,11 @@ def pytest_runtestloop(session):
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} errors during collection")
     pending: dict[int, list] = {0: [], 1: [], 2: [], 3: []}
-    places = {}
     for item in session.items:
-        places[item] = _place(item)
-        pending[places[item]].append(item)
+        pending[_place(item)].append(item)
     item = _next_item(pending)
     while item is not None:
-        pending[places[item]].remove(item)
+        pending[_place(item)].remove(item)
         nextitem = _next_item(pending)
         item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
         if session.shouldfail:
