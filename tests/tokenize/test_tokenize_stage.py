@@ -160,10 +160,10 @@ def test_a_phase_is_replanned_only_when_its_own_sources_or_entry_change(default_
 
 def hub_tokenizer_overlay(tokenizer_dir) -> dict:
     """The default config with a Hub-format tokenizer directory as `tokenize.tokenizer.source`,
-    and phase 1 and its batches cut to about 20 steps: with 131072 ids the tiny model's
+    and phase 1 and its batches cut to about 14 steps: with 131072 ids the tiny model's
     embedding and output layer grow to 67M parameters (``vocabulary_cover``)."""
     phases = load_schema()["properties"]["tokenize"]["properties"]["phases"]["default"]
-    phases = [{**phase, "tokens": 1200} if phase["name"] == "phase1" else phase for phase in phases]
+    phases = [{**phase, "tokens": 500} if phase["name"] == "phase1" else phase for phase in phases]
     return {
         "tokenize": {"tokenizer": {"source": str(tokenizer_dir)}, "phases": phases},
         "pretrain": {

@@ -108,8 +108,8 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(
     (CPU training is deterministic). The data and tokenization outputs are copied from the
     default run so that only pretraining runs, and so is one of its phase-1 checkpoints, as a
     run of the same command stopped there earlier would have left it: the run resumes from it
-    and writes the next one before Ctrl-C, so that only the end of phase 1 trains and the
-    re-run has several checkpoints to choose from."""
+    and writes the next one before Ctrl-C, so that only the last two intervals of phase 1
+    train and the re-run has two checkpoints to choose from (it must take the later)."""
     run_dir = tmp_path / "results" / "e2e"
     copy_upstream(default_run_phase2, run_dir)
     uninterrupted = record(default_run_phase2, "phase1")
@@ -120,9 +120,9 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(
     # spec.json in the output holds its paths relative to its folder (RunSpec.relative_to).
     interval = checkpoint["interval"]
     default_ckpt = default_run_phase2 / "pretrain" / "phase1" / checkpoint["folder"]
-    # Ctrl-C after the checkpoint four intervals before the last one.
+    # Ctrl-C after the checkpoint before the last one.
     last_interval = (final - 1) // interval * interval
-    stop_after = max(last_interval - 4 * interval, 2 * interval)
+    stop_after = max(last_interval - interval, 2 * interval)
     start = stop_after - interval
     work = phase1_work_dir(default_run_phase2, run_dir)
     shutil.copytree(default_ckpt / f"step-{start}", work / "ckpt" / f"step-{start}")
