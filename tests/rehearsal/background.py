@@ -18,24 +18,9 @@ from tests.conftest import BIN, REPO, BackgroundRun, local_cluster, run_tool
 PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
 OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
 TIMEOUT = 3600  # seconds for the whole pipeline (about 28 min alone on a slow CI machine)
-# Small steps share SLURM jobs (Snakemake's job groups). Each SLURM job costs a submission, a
-# workflow parse in its job script and the scheduler's polling before the next step can start,
-# more than the toy-size steps themselves spend; inside a job, each step still runs through
-# `srun`. One job makes the data (classifiers, probes, instructions, every source filtered,
-# deduplicated, selected), one tokenizes it (split, tokenizer, held-out set, shards, phases, SFT
-# data, task files), one samples and scores QRPO's completions, one per checkpoint exports and
-# evaluates it. The preset's own profile (profiles/slurm) keeps a job per step.
-GROUPS = {
-    "data": ("data_classifiers", "data_probes", "posttrain_instructions", "data_filter",
-             "data_dedup", "data_select"),
-    "tokenize": ("tokenize_split", "tokenize_tokenizer", "tokenize_heldout", "tokenize_shards",
-                 "tokenize_phase", "posttrain_sft_data", "evaluate_tasks"),
-    "sample": ("posttrain_qrpo_sample", "posttrain_qrpo_score_shard"),
-    "checkpoint": ("export_checkpoint", "evaluate_checkpoint", "evaluate_memorization",
-                   "evaluate_instruct"),
-}  # fmt: skip
-# Unconnected steps of a group that share a job: all of them (a checkpoint's are connected).
-GROUP_COMPONENTS = {"data": 100, "tokenize": 100, "sample": 100}
+# The rehearsal's profile: profiles/slurm-local with the small steps sharing SLURM jobs
+# (Snakemake's job groups, the profile's `groups`).
+PROFILE = REPO / "profiles" / "slurm-rehearsal"
 # The grouped rules' steps, by their manifests' paths in the run.
 GROUPED_STEPS = re.compile(
     r"^(data/(classifiers/|probes\.|filtered/|dedup\.|corpus\.)|posttrain/instructions\."
@@ -77,16 +62,12 @@ class Rehearsal(BackgroundRun):
         command = [
             str(BIN / "snakemake"),
             "--workflow-profile",
-            "profiles/slurm-local",
+            str(PROFILE.relative_to(REPO)),
             "--configfile",
             str(PRESET),
             str(OVERLAY),
             "--config",
             f"results_dir={results}",
-            "--groups",
-            *(f"{rule}={group}" for group, rules in GROUPS.items() for rule in rules),
-            "--group-components",
-            *(f"{group}={n}" for group, n in GROUP_COMPONENTS.items()),
         ]
         run = yaml.safe_load(OVERLAY.read_text())["run"]
         super().__init__("rehearsal", results, run, command, TIMEOUT, env=offline_env(results))

@@ -18,7 +18,9 @@ from apertus.plan_check import plan_problems
 from apertus.rehearsal import data
 from apertus.rehearsal.overlay import STANDIN_ROOT, changes, dotted_key, drift, overlay_drift
 from tests.conftest import run_tool
-from tests.rehearsal.background import OVERLAY, PRESET
+from tests.rehearsal.background import OVERLAY, PRESET, PROFILE
+
+PROFILE_FILE = "config.v8+.yaml"
 
 
 def test_the_real_overlay_changes_only_sizes_and_locations():
@@ -192,6 +194,21 @@ def test_the_dry_run_plans_the_whole_preset_pipeline(tmp_path):
         "ctx64k",
     }
     assert {"data_classifiers", "posttrain_sft", "posttrain_qrpo"} <= set(rules)
+    # Every rule the rehearsal's profile groups runs in the rehearsal (a renamed rule fails).
+    assert set(yaml.safe_load((PROFILE / PROFILE_FILE).read_text())["groups"]) <= set(rules)
     sources = {job.wildcards.get("source") for job in plan.jobs if job.rule == "data_filter"}
     assert {s["name"] for s in config["data"]["sources"]} <= sources
     assert plan.run_dir.endswith("apertus-8b-rehearsal")
+
+
+def test_the_rehearsals_profile_is_the_local_clusters_with_job_groups():
+    """profiles/slurm-rehearsal is profiles/slurm-local with the `groups` of the rehearsal's
+    small steps (and their `group-components`), and nothing else: the two stay in step."""
+    local = yaml.safe_load((PROFILE.parent / "slurm-local" / PROFILE_FILE).read_text())
+    rehearsal = yaml.safe_load((PROFILE / PROFILE_FILE).read_text())
+    groups = rehearsal.pop("groups")
+    components = rehearsal.pop("group-components")
+    assert rehearsal == local
+    assert set(components) <= set(groups.values())
+    # Training, SFT and QRPO are two-node jobs of their own.
+    assert not {"pretrain_stage", "posttrain_sft", "posttrain_qrpo"} & set(groups)

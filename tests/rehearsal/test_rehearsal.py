@@ -47,8 +47,8 @@ def test_every_step_but_the_local_rules_ran_as_a_slurm_job(rehearsal):
     }
     assert len(jobs) > 100
     assert_slurm_jobs_but_local_rules(jobs, grouped=GROUPED_STEPS)
-    # background.GROUPS: one job makes the data, one tokenizes it, one samples and scores QRPO's
-    # completions, one per checkpoint exports and evaluates it.
+    # The groups of profiles/slurm-rehearsal: one job makes the data, one tokenizes it, one
+    # samples and scores QRPO's completions, one per checkpoint exports and evaluates it.
     shared = {job for step, job in jobs.items() if GROUPED_STEPS.search(step)}
     checkpoints = {step for step in jobs if step.startswith("export/")}
     assert len(shared) == 3 + len(checkpoints) == 3 + 11, sorted(shared)
