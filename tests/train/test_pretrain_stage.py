@@ -108,8 +108,9 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(
     (CPU training is deterministic). The data and tokenization outputs are copied from the
     default run so that only pretraining runs, and so is one of its phase-1 checkpoints, as a
     run of the same command stopped there earlier would have left it: the run resumes from it
-    and writes the next one before Ctrl-C, so that only the last two intervals of phase 1
-    train and the re-run has two checkpoints to choose from (it must take the later)."""
+    and writes the next one before Ctrl-C, so that only the end of phase 1 trains (from two
+    intervals before its last checkpoint) and the re-run has two checkpoints to choose from
+    (it must take the later)."""
     run_dir = tmp_path / "results" / "e2e"
     copy_upstream(default_run_phase2, run_dir)
     uninterrupted = record(default_run_phase2, "phase1")
