@@ -5,6 +5,9 @@
     apertus config docs  [--write | --check]     print (write, check) the config reference
     apertus run [--configfile FILE ...] [KEY=VALUE ...] [-- SNAKEMAKE ARGS]
                                                  snakemake on these config sources, checked first
+    apertus plan [--configfile FILE ...] [KEY=VALUE ...] [--json]
+                                 every GPU job sized: layout, memory per GPU by part, FLOPs,
+                                 throughput, wall-clock, GPU-hours, checkpoints
     apertus version                                             code and package versions
     apertus audit PATH [--json]                  re-hash a release folder or a run directory
     apertus audit RUN_DIR --rerun STEP [--scratch DIR]   re-run one step, compare its outputs
@@ -120,6 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_sources(run)
     _add_directory(run)
+
+    plan = commands.add_parser(
+        "plan",
+        help="size every GPU job of the run: ranks and layout, peak memory per GPU by part, "
+        "FLOPs per token, throughput, wall-clock, GPU-hours, checkpoints (nothing runs)",
+        description="Computed from the config alone (apertus.sizing); the MFU, GPU peak and "
+        "GPU memory come from each stage's `resources` entry. Exit 1 when a job does not fit.",
+    )
+    _add_config_sources(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     commands.add_parser("version", help="print the code version and key package versions")
 
@@ -276,6 +289,18 @@ def _export(args: argparse.Namespace) -> int:
     return subprocess.run(command, check=False, preexec_fn=preexec).returncode
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from apertus.sizing.jobs import run_plan
+    from apertus.sizing.render import render_plan
+
+    config = load_config(args.configfile, args.overrides)
+    plan = run_plan(config)
+    print(json.dumps(plan.as_dict(), indent=2) if args.json else render_plan(plan), end="")
+    if args.json:
+        print()
+    return 1 if any(job.fits is False for job in plan.jobs) else 0
+
+
 def _config_docs(check: bool, write: bool) -> int:
     text = render_reference()
     current = CONFIG_REFERENCE.read_text(encoding="utf-8") if CONFIG_REFERENCE.exists() else ""
@@ -352,6 +377,8 @@ def run(argv: list[str] | None = None) -> int:
         return _code(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "plan":
+        return _plan(args)
     if args.command == "rulegraph":
         return update_readme(check=args.check)
     if args.command == "version":

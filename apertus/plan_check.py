@@ -16,7 +16,10 @@ defaults filled), without data and without torch, and names every problem by key
 - the training arithmetic that needs no data: each pretraining stage's run spec builds
   (`apertus.train.run_spec.RunSpec`), its global batch splits over micro_batch x the
   data-parallel ranks, tensor_parallel divides the ranks and the model's shape, and a phase's
-  token budget holds the windows the stages trained on it need.
+  token budget holds the windows the stages trained on it need;
+- every GPU job fits its memory (`apertus.sizing.jobs.fit_problems`, where the stage's
+  `resources` entry sets `gpu_memory_gb`): the planned peak per GPU of each training, sampling,
+  scoring and evaluation job, and an export's host memory against `mem_mb`.
 
 `workflow/rules/common.smk` calls it right after the schema's validation (a mistake is a
 WorkflowError before the first job), and `apertus config check` / `apertus run` call it after
@@ -61,6 +64,10 @@ def plan_problems(config: Mapping[str, Any]) -> list[str]:
     if not problems:  # the arithmetic assumes the names and sections are right
         problems += _pretrain_arithmetic(config)
         problems += _sft_arithmetic(config)
+    if not problems:  # sizing assumes the layouts divide
+        from apertus.sizing.jobs import fit_problems
+
+        problems += fit_problems(config)
     return list(dict.fromkeys(problems))  # a problem several stages share, once
 
 

@@ -15,10 +15,22 @@ from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["SLURM_KEYS", "job_resources", "sbatch_options"]
+__all__ = ["RESOURCE_FALLBACK", "SLURM_KEYS", "job_resources", "sbatch_options", "stage_resources"]
 
 # Config keys passed to the SLURM executor plugin unchanged when set.
 SLURM_KEYS = ("slurm_partition", "slurm_account", "constraint", "slurm_extra")
+# Resource entries that fall back to another stage's before `default`.
+RESOURCE_FALLBACK = {"posttrain_sample": "posttrain", "posttrain_score": "posttrain"}
+
+
+def stage_resources(resources: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
+    """Resources of one job of `stage` from the config's `resources` section: its entry, else
+    the entry it falls back to (RESOURCE_FALLBACK), else `default`."""
+    return (
+        resources.get(stage)
+        or resources.get(RESOURCE_FALLBACK.get(stage, ""))
+        or resources["default"]
+    )
 
 
 def job_resources(entry: Mapping[str, Any], *, nodes: int = 1) -> dict[str, Any]:

@@ -20,64 +20,14 @@ import dataclasses
 
 from apertus.core import ApertusError
 from apertus.model.model import ApertusModel
+from apertus.model.shapes import FLAVOR_SHAPES, num_params
+
+__all__ = ["FLAVORS", "flavor", "num_params"]
 
 Config = ApertusModel.Config
 
 FLAVORS: dict[str, Config] = {
-    "debug": Config(
-        dim=64,
-        n_layers=2,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=32,
-        ffn_hidden=192,
-        vocab_size=256,
-        max_seq_len=128,
-    ),
-    "tiny": Config(
-        dim=256,
-        n_layers=4,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=64,
-        ffn_hidden=768,
-        vocab_size=8192,
-        max_seq_len=512,
-    ),
-    "1b": Config(
-        dim=2048,
-        n_layers=16,
-        n_heads=16,
-        n_kv_heads=8,
-        head_dim=128,
-        ffn_hidden=8192,
-        vocab_size=131072,
-        max_seq_len=4096,
-    ),
-    # RECIPE §1 table, 8B row.
-    "8b": Config(
-        dim=4096,
-        n_layers=32,
-        n_heads=32,
-        n_kv_heads=8,
-        head_dim=128,
-        ffn_hidden=21504,
-        vocab_size=131072,
-        rope_theta=500_000.0,
-        max_seq_len=4096,
-    ),
-    # RECIPE §1 table, 70B row (d_model 8192; the report's 4096 is a typo).
-    "70b": Config(
-        dim=8192,
-        n_layers=80,
-        n_heads=64,
-        n_kv_heads=8,
-        head_dim=128,
-        ffn_hidden=43008,
-        vocab_size=131072,
-        rope_theta=500_000.0,
-        max_seq_len=4096,
-    ),
+    name: Config(**dataclasses.asdict(shape)) for name, shape in FLAVOR_SHAPES.items()
 }
 
 
@@ -93,18 +43,3 @@ def flavor(name: str, **overrides) -> Config:
             f"fields: {', '.join(sorted(known))}"
         )
     return dataclasses.replace(FLAVORS[name], **overrides)
-
-
-def num_params(config: Config) -> int:
-    """Number of parameters of a model of this shape, from the shapes alone (nothing built)."""
-    dim, head_dim = config.dim, config.attention_head_dim
-    attention = (
-        dim * config.n_heads * head_dim  # wq
-        + 2 * dim * config.n_kv_heads * head_dim  # wk, wv
-        + config.n_heads * head_dim * dim  # wo
-        + 2 * head_dim  # q_norm, k_norm
-    )
-    feed_forward = 2 * dim * config.ffn_hidden + 2  # w_up, w_down, xIELU alpha_p and alpha_n
-    block = attention + feed_forward + 2 * dim  # attention_norm, ffn_norm
-    embeddings = 2 * config.vocab_size * dim  # tok_embeddings and the untied lm_head
-    return embeddings + config.n_layers * block + dim  # final norm

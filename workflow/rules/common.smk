@@ -22,6 +22,7 @@ try:
     from apertus.core.files import canonical_json
     from apertus.core.lifetime import LockHeld, hold_lock, mark_workflow_process
     from apertus.core.resources import job_resources
+    from apertus.core.resources import stage_resources as core_stage_resources
     from apertus.core.stage import failure_summary
     from apertus.plan_check import check_plan
 except ImportError as e:
@@ -198,19 +199,9 @@ def stage_subconfig(stage, key):
     return lambda wildcards: text
 
 
-# Resource entries that fall back to another stage's before `default`.
-RESOURCE_FALLBACK = {"posttrain_sample": "posttrain", "posttrain_score": "posttrain"}
-
-
 def stage_resources(stage):
-    """Resources of one job of `stage`: its entry in config `resources`, else the entry it
-    falls back to (RESOURCE_FALLBACK), else `default`."""
-    resources = config["resources"]
-    return (
-        resources.get(stage)
-        or resources.get(RESOURCE_FALLBACK.get(stage, ""))
-        or resources["default"]
-    )
+    """Resources of one job of `stage` (apertus.core.resources.stage_resources)."""
+    return core_stage_resources(config["resources"], stage)
 
 
 def stage_threads(stage):

@@ -1,0 +1,114 @@
+"""`apertus plan`'s text: one row per GPU job, each job's memory by part, the totals."""
+
+from __future__ import annotations
+
+from apertus.sizing.jobs import RunPlan
+
+__all__ = ["render_plan"]
+
+SHORT = {
+    "master weights": "master",
+    "optimizer states": "optim",
+    "gradients": "grads",
+    "parameters": "params",
+    "activations": "activ",
+    "logits and loss": "logits",
+    "communication buffers": "comm",
+    "allocator margin": "margin",
+    "kv cache": "kv",
+    "exported copy": "export",
+    "verification model": "verify",
+}
+
+
+def _gb(n: float | None) -> str:
+    return "-" if n is None else f"{n / 1e9:.1f}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min"
+
+
+def _count(n: float | None, digits: int = 0) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.{max(digits, 1)}f}{unit}"
+    return f"{n:.{digits}f}"
+
+
+def render_plan(plan: RunPlan) -> str:
+    header = (
+        "job",
+        "layout",
+        "tok/rank",
+        "peak GB",
+        "limit",
+        "fits",
+        "GFLOP/tok",
+        "tok/s/GPU",
+        "MFU",
+        "steps",
+        "wall",
+        "GPU-h",
+        "ckpts",
+    )
+    rows = [header]
+    for job in plan.jobs:
+        fits = {True: "yes", False: "NO", None: "-"}[job.fits]
+        if not job.memory.parts:
+            fits = "?"
+        rows.append(
+            (
+                job.name,
+                job.layout,
+                _count(job.tokens_per_rank),
+                _gb(job.memory.total) + (" host" if job.host_memory else ""),
+                "-" if job.memory_limit_gb is None else f"{job.memory_limit_gb:g}",
+                fits,
+                "-" if job.flops_per_token is None else f"{job.flops_per_token / 1e9:.1f}",
+                "-"
+                if job.tokens_per_second_per_gpu is None
+                else f"{job.tokens_per_second_per_gpu:,.0f}",
+                "-" if job.mfu is None else f"{job.mfu:.1%}",
+                _count(job.steps),
+                _duration(job.wall_seconds),
+                _count(job.gpu_hours, 1),
+                f"{job.checkpoints} x {_gb(job.checkpoint_bytes)} GB" if job.checkpoints else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += ["", "memory per GPU at the peak, GB (moment: parts)"]
+    seen: set[tuple] = set()
+    for job in plan.jobs:
+        if not job.memory.parts:
+            lines.append(f"  {job.name}: {job.note}")
+            continue
+        key = (job.memory.moment, tuple(job.memory.parts.items()))
+        parts = ", ".join(
+            f"{SHORT.get(name, name)} {value / 1e9:.2f}" for name, value in job.memory.parts.items()
+        )
+        same = " (as above)" if key in seen else ""
+        seen.add(key)
+        if not same:
+            lines.append(f"  {job.name} [{job.memory.moment}]: {parts}")
+    lines += [
+        "",
+        f"total: {_duration(plan.wall_seconds)} of jobs one after another, "
+        f"{_count(plan.gpu_hours, 2)} GPU-hours; checkpoints {_gb(plan.checkpoint_bytes)} GB "
+        f"(every one kept); token shards {_gb(plan.token_shard_bytes)} GB",
+    ]
+    lines += [f"note: {note}" for note in plan.notes]
+    return "\n".join(lines) + "\n"
