@@ -270,6 +270,53 @@ def _training_stages(facts: CardFacts) -> str:
     )
 
 
+def _compute(facts: CardFacts) -> str:
+    """What the run's training cost: per training stage, its layout and the peak memory per GPU
+    and GPU-hours `apertus plan` gives for the run's config, beside the wall-clock its step
+    manifest measured."""
+    from apertus.sizing.jobs import TRAINING_RULES, run_plan
+
+    plan = run_plan(facts.run_config)
+    rows = []
+    for job in plan.jobs:
+        if job.rule not in TRAINING_RULES:
+            continue
+        name = job.name.removeprefix("pretrain ")
+        kind = "pretrain" if job.rule == "pretrain_stage" else "posttrain"
+        manifest = facts.stages.get(f"{kind}/{name}") or {}
+        seconds = manifest.get("seconds")
+        rows.append(
+            (
+                name,
+                job.layout,
+                f"{job.memory.total / 1e9:.2f}",
+                None if job.gpu_hours is None else f"{job.gpu_hours:,.1f}",
+                None if seconds is None else f"{seconds / 3600:.2f}",
+            )
+        )
+    table = _table(
+        [
+            "stage",
+            "layout (nodes x GPUs)",
+            "planned peak GB per GPU",
+            "planned GPU-hours",
+            "measured hours",
+        ],
+        rows,
+    )
+    total = (
+        f"Planned for the whole run: {plan.gpu_hours:,.1f} GPU-hours"
+        if plan.gpu_hours
+        else "No GPU-hours are planned for this run (no `mfu` and `gpu_peak_tflops` in its "
+        "`resources`)"
+    )
+    return (
+        f"{table}\n\n{total}; every checkpoint kept: "
+        f"{plan.checkpoint_bytes / 1e9:,.1f} GB. The plan is `apertus plan` on the run's config "
+        "(memory formulas in `apertus/sizing/memory.py`)."
+    )
+
+
 def _recipe(facts: CardFacts) -> str:
     p = facts.run_config["pretrain"]
     ad, lr, gf = p["ademamix"], p["lr"], p["goldfish"]
@@ -639,6 +686,10 @@ def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | No
         _training_stages(facts),
         "",
         _recipe(facts),
+        "",
+        "### Compute",
+        "",
+        _compute(facts),
         "",
         "## Data compliance",
         "",

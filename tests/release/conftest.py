@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from apertus.core.config import load_config
 from apertus.release.bundle import ReleaseInputs
 from apertus.release.config import ReleaseConfig
 from apertus.tokenize.tokenizer import CHAT_TEMPLATE
@@ -99,7 +100,10 @@ def exports(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture
 def run_config() -> dict:
-    return {
+    """A resolved run config (every default filled, as the run's manifests hold it) with the
+    fixture's sources, stages and recipe numbers merged over it (not validated again: the
+    fixture's stage names, ``ctxA``, are not ones the schema allows)."""
+    overlay = {
         "run": "fixture-run",
         "data": {
             "sources": [
@@ -112,6 +116,7 @@ def run_config() -> dict:
                 {"name": "hub", "reader": "huggingface", "path": "owner/dataset-x"},
             ]
         },
+        "tokenize": {"phases": [{"name": "p1", "tokens": 98765, "seed": 1, "weights": {"web": 1}}]},
         "pretrain": {
             "flavor": "tiny",
             "seq_len": 32,
@@ -127,11 +132,34 @@ def run_config() -> dict:
                 "weight_decay": 0.1,
             },
             "goldfish": {"enabled": True, "k": 13, "h": 29},
+            "goldfish_control": None,
             "phases": ["p1"],
-            "long_context": [{"name": "ctxA"}],
+            "long_context": [
+                {
+                    "name": "ctxA",
+                    "phase": "p1",
+                    "seq_len": 64,
+                    "rope_theta": 1000000.0,
+                    "global_batch": 4,
+                    "steps": 3,
+                    "lr": 0.001,
+                    "warmup_steps": 1,
+                }
+            ],
         },
-        "release": {},
     }
+    return _merged(load_config([]), overlay)
+
+
+def _merged(base: dict, overlay: dict) -> dict:
+    """`overlay` over `base`, mappings key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = _merged(base[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 @pytest.fixture
@@ -216,7 +244,8 @@ def run_dir(tmp_path, exports) -> Path:
             "pretrain",
             "p1",
             {"final_step": 123, "tokens_seen": 98765, "seq_len": 32, "final_loss": 4.5},
-        ),
+        )
+        | {"seconds": 5400.0},  # the measured wall-clock the card's compute table shows
     )
     write_json(
         run / "pretrain" / "ctxA.manifest.json",

@@ -80,6 +80,12 @@ def test_card_body_reports_the_numbers_of_the_files(card_path):
         "generated sample corpus (sources `web`)",
     ):
         assert expected in body, expected
+    # What the run cost: the plan of the run's config beside the measured wall-clock.
+    compute = body.split("### Compute", 1)[1].split("\n## ", 1)[0]
+    assert "| p1 | 1 x 1: dp 1 x tp 1 x cp 1 |" in compute
+    assert "| 1.50 |" in compute  # p1's manifest: 5400 s
+    for stage in ("ctxA", "sft", "qrpo"):
+        assert f"| {stage} |" in compute
 
 
 def test_card_numbers_follow_the_files(run_dir, run_config, release_config):
