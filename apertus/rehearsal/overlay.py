@@ -32,6 +32,8 @@ STANDIN_ROOT = "rehearsal-inputs/"
 # `**` anything below.
 SIZE_KEYS = (
     "resources.**",
+    # what `apertus plan` assumes of the Hub data's size (no job reads it)
+    "plan.**",
     # data: filter jobs and sample sizes
     "data.sources[].shards",
     "data.sources[].limit",

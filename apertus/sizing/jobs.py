@@ -217,7 +217,8 @@ def _training_job(
         accelerator=accelerator,
     )
     flops = flops_per_token(shape, seq_len)
-    rate, mfu = _throughput(entry, flops)
+    # A CPU job (the default run, the rehearsal) has no GPU to fit or to time.
+    rate, mfu = _throughput(entry, flops) if accelerator else (None, None)
     wall = None
     if rate is not None and tokens is not None:
         wall = tokens / (rate * layout.ranks)
@@ -236,7 +237,7 @@ def _training_job(
             f"cp {context_parallel}"
         ),
         memory=training_memory(layout),
-        memory_limit_gb=_limit(entry),
+        memory_limit_gb=_limit(entry) if accelerator else None,
         tokens_per_rank=layout.tokens_per_rank,
         flops_per_token=flops,
         steps=steps,
@@ -484,7 +485,8 @@ def _inference_job(
     keys: tuple[str, ...],
     device: str,
 ) -> PlannedJob:
-    rate, mfu = _throughput(entry, flops)
+    accelerator = _accelerator(entry, device)
+    rate, mfu = _throughput(entry, flops) if accelerator else (None, None)
     gpus = layout.gpus
     wall = tokens / (rate * gpus * shards) if rate and tokens else None
     return PlannedJob(
@@ -494,8 +496,8 @@ def _inference_job(
         nodes=shards,
         gpus_per_node=gpus,
         layout=f"{shards} job(s) x {gpus} GPU" if shards > 1 else f"1 job x {gpus} GPU",
-        memory=inference_memory(layout, accelerator=_accelerator(entry, device)),
-        memory_limit_gb=_limit(entry),
+        memory=inference_memory(layout, accelerator=accelerator),
+        memory_limit_gb=_limit(entry) if accelerator else None,
         tokens_per_rank=layout.batch * layout.context,
         flops_per_token=flops,
         tokens=tokens,
@@ -515,7 +517,10 @@ def _hf_config(model: str) -> tuple[int, dict[str, int]] | None:
             from huggingface_hub import try_to_load_from_cache
         except ImportError:
             return None
-        cached = try_to_load_from_cache(model, "config.json")
+        try:
+            cached = try_to_load_from_cache(model, "config.json")
+        except ValueError:  # not a Hub id (HFValidationError): a folder not made yet
+            return None
         if not isinstance(cached, str):
             return None
         path = Path(cached)
