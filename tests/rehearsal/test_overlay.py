@@ -1,6 +1,9 @@
-"""The 8B rehearsal overlay (config/rehearsal/apertus-8b.yaml) changes only sizes and locations:
-the real overlay passes the drift check, a copy with any recipe key changed fails naming that
-key, the merged configuration is valid, and its dry run plans the preset's whole pipeline."""
+"""The rehearsal overlays (config/rehearsal/apertus-8b.yaml, apertus-70b.yaml) change only sizes
+and locations: each real overlay passes the drift check, a copy with a recipe key changed fails
+naming that key, the merged configuration is valid, and its dry run plans the preset's whole
+pipeline. The 8B overlay is the one whose whole run is rehearsed (test_rehearsal.py), and the one
+tried with every kind of recipe change; the 70B overlay with a few, those a copy of the 8B
+overlay would get wrong among them."""
 
 from __future__ import annotations
 
@@ -16,18 +19,36 @@ from apertus.audit.explain import explain_changes
 from apertus.core.config import load_config
 from apertus.plan_check import plan_problems
 from apertus.rehearsal import data
-from apertus.rehearsal.overlay import STANDIN_ROOT, changes, dotted_key, drift, overlay_drift
-from tests.conftest import run_tool
+from apertus.rehearsal.overlay import (
+    INPUT_KEYS,
+    STANDIN_ROOT,
+    changes,
+    dotted_key,
+    drift,
+    matches,
+    overlay_drift,
+)
+from tests.conftest import REPO, run_tool
 from tests.rehearsal.background import OVERLAY, PRESET, PROFILE
 
 PROFILE_FILE = "config.v8+.yaml"
+# Each preset with its rehearsal overlay, by the preset's name.
+REHEARSALS = {
+    "apertus-8b": (PRESET, OVERLAY),
+    "apertus-70b": (
+        REPO / "config" / "presets" / "apertus-70b.yaml",
+        REPO / "config" / "rehearsal" / "apertus-70b.yaml",
+    ),
+}
 
 
-def test_the_real_overlay_changes_only_sizes_and_locations():
-    assert overlay_drift(PRESET, OVERLAY) == []
+@pytest.mark.parametrize("name", sorted(REHEARSALS))
+def test_the_real_overlay_changes_only_sizes_and_locations(name):
+    preset_file, overlay_file = REHEARSALS[name]
+    assert overlay_drift(preset_file, overlay_file) == []
     # ... and it does change the preset: sizes, and every Hub data source's location.
-    preset = load_config([PRESET])
-    keys = {dotted_key(k) for k, _, _ in changes(preset, load_config([PRESET, OVERLAY]))}
+    preset = load_config([preset_file])
+    keys = {dotted_key(k) for k, _, _ in changes(preset, load_config([preset_file, overlay_file]))}
     assert {"pretrain.flavor", "pretrain.device", "data.probes.words"} <= keys
     for source in preset["data"]["sources"]:
         if source["path"].startswith("hf://"):
@@ -98,28 +119,49 @@ RECIPE_CHANGES = {
     ),
     "data.sources[euroblocks]": _drop_source("euroblocks"),
 }
+# The 70B overlay's: a few of the above, and the 8B values of the keys where the two recipes
+# differ (an overlay copied from the 8B one and not restated).
+RECIPE_CHANGES_70B = {
+    "pretrain.goldfish.k": RECIPE_CHANGES["pretrain.goldfish.k"],
+    "pretrain.ademamix.betas": RECIPE_CHANGES["pretrain.ademamix.betas"],
+    "pretrain.lr.peak": _set("pretrain.lr.peak", 1.1e-4),
+    "pretrain.long_context[ctx64k].rope_theta": _entry(
+        "pretrain", "long_context", "ctx64k", "rope_theta", 12000000
+    ),
+    "pretrain.long_context[ctx8k].lr": _entry("pretrain", "long_context", "ctx8k", "lr", 1.1e-5),
+    "tokenize.phases[phase2].weights.fineweb-hq": _entry(
+        "tokenize", "phases", "phase2", "weights", {"fineweb-hq": 0.3}
+    ),
+    "data.sources[euroblocks]": RECIPE_CHANGES["data.sources[euroblocks]"],
+}
+CHANGES = {"apertus-8b": RECIPE_CHANGES, "apertus-70b": RECIPE_CHANGES_70B}
 
 
-@pytest.mark.parametrize("key", sorted(RECIPE_CHANGES))
-def test_an_overlay_changing_a_recipe_key_fails_naming_it(key, tmp_path):
-    overlay = yaml.safe_load(OVERLAY.read_text(encoding="utf-8"))
-    RECIPE_CHANGES[key](overlay, yaml.safe_load(PRESET.read_text(encoding="utf-8")))
+@pytest.mark.parametrize(
+    ("name", "key"), [(name, key) for name in sorted(CHANGES) for key in sorted(CHANGES[name])]
+)
+def test_an_overlay_changing_a_recipe_key_fails_naming_it(name, key, tmp_path):
+    preset_file, overlay_file = REHEARSALS[name]
+    overlay = yaml.safe_load(overlay_file.read_text(encoding="utf-8"))
+    CHANGES[name][key](overlay, yaml.safe_load(preset_file.read_text(encoding="utf-8")))
     changed = tmp_path / "overlay.yaml"
     changed.write_text(yaml.safe_dump(overlay), encoding="utf-8")
-    problems = overlay_drift(PRESET, changed)
+    problems = overlay_drift(preset_file, changed)
     assert [p.split(":")[0] for p in problems] == [key], problems
     assert "neither a size nor a location" in problems[0]
 
 
-def test_an_input_redirected_elsewhere_than_a_stand_in_fails(tmp_path):
+@pytest.mark.parametrize("name", sorted(REHEARSALS))
+def test_an_input_redirected_elsewhere_than_a_stand_in_fails(name, tmp_path):
     """A location may change only to a local stand-in: another Hub dataset is another recipe."""
-    overlay = yaml.safe_load(OVERLAY.read_text(encoding="utf-8"))
+    preset_file, overlay_file = REHEARSALS[name]
+    overlay = yaml.safe_load(overlay_file.read_text(encoding="utf-8"))
     flan = next(s for s in overlay["data"]["sources"] if s["name"] == "flan")
     flan["path"] = "hf://datasets/someone/other-flan"
     overlay["data"]["quality"]["encoder"] = "FacebookAI/xlm-roberta-large"
     changed = tmp_path / "overlay.yaml"
     changed.write_text(yaml.safe_dump(overlay), encoding="utf-8")
-    problems = overlay_drift(PRESET, changed)
+    problems = overlay_drift(preset_file, changed)
     assert [p.split(":")[0] for p in problems] == [
         "data.sources[flan].path",
         "data.quality.encoder",
@@ -138,10 +180,32 @@ def test_drift_matches_list_entries_by_name_not_position():
     ]
 
 
-def test_the_merged_config_is_valid_and_its_arithmetic_holds():
-    config = load_config([PRESET, OVERLAY])
+def test_the_rehearsals_share_their_stand_ins():
+    """Where the two presets read the same input, the two overlays read the same stand-in: one
+    `python -m apertus.rehearsal rehearsal-inputs` serves both."""
+    (preset_8b, overlay_8b), (preset_70b, overlay_70b) = (
+        REHEARSALS["apertus-8b"],
+        REHEARSALS["apertus-70b"],
+    )
+    presets = {k for k, _, _ in changes(load_config([preset_8b]), load_config([preset_70b]))}
+    differ = [
+        (dotted_key(k), a, b)
+        for k, a, b in changes(
+            load_config([preset_8b, overlay_8b]), load_config([preset_70b, overlay_70b])
+        )
+        if matches(k, INPUT_KEYS) and k not in presets
+    ]
+    assert differ == []
+
+
+@pytest.mark.parametrize("name", sorted(REHEARSALS))
+def test_the_merged_config_is_valid_and_its_arithmetic_holds(name):
+    preset_file, overlay_file = REHEARSALS[name]
+    config = load_config([preset_file, overlay_file])
     assert plan_problems(config) == []
-    proc = run_tool("apertus", "config", "check", "--configfile", PRESET, "--configfile", OVERLAY)
+    proc = run_tool(
+        "apertus", "config", "check", "--configfile", preset_file, "--configfile", overlay_file
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "configuration is valid" in proc.stdout + proc.stderr
 
@@ -171,15 +235,19 @@ def _inputs_in_place(workdir: Path, config: dict) -> None:
 
 
 @pytest.mark.slow
-def test_the_dry_run_plans_the_whole_preset_pipeline(tmp_path):
+@pytest.mark.parametrize("name", sorted(REHEARSALS))
+def test_the_dry_run_plans_the_whole_preset_pipeline(name, tmp_path):
     """`snakemake -n` of the preset with the overlay, in a working directory holding the
     stand-ins: the five phases, the four long-context stages, the classifiers' training, SFT
-    and QRPO are all planned."""
-    config = load_config([PRESET, OVERLAY])
+    and QRPO are all planned (one dry run each, ~10 s)."""
+    preset_file, overlay_file = REHEARSALS[name]
+    config = load_config([preset_file, overlay_file])
     _inputs_in_place(tmp_path, config)
     start = time.monotonic()
-    plan = explain_changes([PRESET, OVERLAY], results_dir=str(tmp_path / "results"), cwd=tmp_path)
-    print(f"\nrehearsal: {len(plan.jobs)} jobs planned in {time.monotonic() - start:.1f} s")
+    plan = explain_changes(
+        [preset_file, overlay_file], results_dir=str(tmp_path / "results"), cwd=tmp_path
+    )
+    print(f"\n{name} rehearsal: {len(plan.jobs)} jobs planned in {time.monotonic() - start:.1f} s")
     rules = Counter(job.rule for job in plan.jobs)
     stages = {job.wildcards["stage"] for job in plan.jobs if job.rule == "pretrain_stage"}
     assert stages == {
@@ -198,7 +266,7 @@ def test_the_dry_run_plans_the_whole_preset_pipeline(tmp_path):
     assert set(yaml.safe_load((PROFILE / PROFILE_FILE).read_text())["groups"]) <= set(rules)
     sources = {job.wildcards.get("source") for job in plan.jobs if job.rule == "data_filter"}
     assert {s["name"] for s in config["data"]["sources"]} <= sources
-    assert plan.run_dir.endswith("apertus-8b-rehearsal")
+    assert plan.run_dir.endswith(f"{name}-rehearsal")
 
 
 def test_the_rehearsals_profile_is_the_local_clusters_with_job_groups():
