@@ -37,6 +37,7 @@ BENCHMARKS = (
     "tokenization",
     "verify_data",
     "phase_index",
+    "memory_plan",
     "pipeline",
 )
 ROOT = Path(__file__).resolve().parent.parent

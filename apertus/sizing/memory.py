@@ -12,7 +12,8 @@ context-parallel ranks, tensor parallelism of the blocks, AdEMAMix):
   the optimizer step, plus the step's one parameter-sized temporary (``denoms``);
 - **parameters**: the unsharded compute copies (``pretrain.dtype``) FSDP2 all-gathers, one
   unit at a time with the next prefetched: the lm_head unit stays gathered from the end of the
-  forward through its backward (not resharded after forward, `parallelize_apertus`);
+  forward through its backward (not resharded after forward, `parallelize_apertus`), then two
+  blocks at a time;
 - **activations**: the tensors autograd keeps for the backward, counted tensor by tensor from
   the model's code (`block_saved_bytes`: the norms in fp32, QK-norm, RoPE's tables, attention's
   q, k, v, output and log-sum-exp, xIELU's input and ``w_down``'s input); full activation
@@ -31,9 +32,12 @@ Where the code differs by device, the formulas follow the eager code: ``torch.co
 upper bound there. Selective activation checkpointing is planned as no checkpointing (an upper
 bound: torchtitan's op-level policy keeps the matmul outputs).
 
-Peak = the larger of two moments: the start of the loss's backward (all activations kept, the
-logits' gradients, the lm_head unit and the last block gathered) and the optimizer step (every
-gradient and the step's temporary).
+Peak = the largest of four moments: the start of the loss's backward (all activations kept,
+the loss's fp32 tensors, the lm_head unit gathered), lm_head's backward (its weight gradient
+for the reduce-scatter), the last block's backward (the logits freed; two blocks gathered, the
+recomputed block under checkpointing, the gradients flowing through it) and the optimizer step
+(every gradient and the step's temporary). `bench/memory_plan.py` measured which one is the
+peak on real steps: the loss's backward in every case it ran.
 
 `tests/sizing/test_memory.py` checks `block_saved_bytes` against the tensors autograd really
 saves for one block, and `apertus.sizing.fake_cluster` traces a real training step on fake
@@ -235,51 +239,62 @@ def training_memory(layout: TrainingLayout) -> Memory:
     cp = layout.context_parallel
     block = block_saved_bytes(shape, layout.dtype, cp)
     if layout.activation_checkpoint == "full":
-        # Each block's input (torch.utils.checkpoint keeps the inputs), then one block's own
-        # tensors while it is recomputed in the backward.
-        activations = tokens * (layers * a * shape.dim + block)
+        # Each block's input (torch.utils.checkpoint keeps the inputs); a block's own tensors
+        # exist only while it is recomputed in its backward (`recomputed`).
+        kept = tokens * layers * a * shape.dim
+        recomputed = tokens * block
     else:
-        activations = tokens * layers * block
-    activations += tokens * model_saved_bytes(shape, layout.dtype)
+        kept, recomputed = tokens * layers * block, 0
+    kept += tokens * model_saved_bytes(shape, layout.dtype)
     if layout.attention == "sdpa":
         # The dense block-causal mask, one byte per (query, key) pair of the micro-batch.
-        activations += layout.micro_batch * (tokens // layout.micro_batch) * layout.seq_len
+        kept += layout.micro_batch * (tokens // layout.micro_batch) * layout.seq_len
     workspace = tokens * _backward_workspace(shape, layout.dtype, tp)
     logits = tokens * shape.vocab_size // tp * LOSS_BYTES_PER_LOGIT
-    # The lm_head unit stays gathered from the forward's end; the last block is prefetched.
-    gathered = a * (whole["norm + lm_head"] + whole["block"])
-    largest = max(whole.values())
     # The unsharded gradient of a unit, plus its fp32 copy for the reduce-scatter (none in fp32).
-    comm = largest * (a + (4 if a != 4 else 0))
-    loss_backward = {
-        "master weights": 4 * sharded,
-        "optimizer states": 12 * sharded,
+    reduce = a + (4 if a != 4 else 0)
+    states = {"master weights": 4 * sharded, "optimizer states": 12 * sharded}
+    none = {
         "gradients": 0,
-        "parameters": gathered,
-        "activations": activations + workspace,
-        "logits and loss": logits,
-        "communication buffers": 0,
-    }
-    optimizer_step = {
-        "master weights": 4 * sharded,
-        "optimizer states": 12 * sharded,
-        "gradients": 4 * sharded + 4 * sharded,  # every gradient, and the step's `denoms`
         "parameters": 0,
         "activations": 0,
         "logits and loss": 0,
         "communication buffers": 0,
     }
-    # The lm_head's own backward: the logits' gradient in the compute dtype, its weight
-    # gradient unsharded and the fp32 copy for the reduce-scatter, before the blocks free any.
-    lm_head_backward = {
-        **loss_backward,
-        "logits and loss": tokens * shape.vocab_size // tp * (a + 4),
-        "communication buffers": comm,
-    }
     moments = {
-        "loss backward": loss_backward,
-        "lm_head backward": lm_head_backward,
-        "optimizer step": optimizer_step,
+        # Every activation kept, the loss's fp32 tensors; only the lm_head unit is gathered
+        # (not resharded after the forward; the last block is gathered once lm_head's
+        # backward starts).
+        "loss backward": {
+            **states,
+            **none,
+            "parameters": a * whole["norm + lm_head"],
+            "activations": kept,
+            "logits and loss": logits,
+        },
+        # lm_head's own backward: the logits' gradient in the compute dtype and fp32, its
+        # weight gradient unsharded and the fp32 copy for the reduce-scatter.
+        "lm_head backward": {
+            **states,
+            **none,
+            "parameters": a * whole["norm + lm_head"],
+            "activations": kept,
+            "logits and loss": tokens * shape.vocab_size // tp * (a + 4),
+            "communication buffers": whole["norm + lm_head"] * reduce,
+        },
+        # The last block's backward, the logits freed: it and the block before (prefetched)
+        # gathered, its tensors recomputed under checkpointing, the gradients flowing through
+        # it, and its weight gradient for the reduce-scatter.
+        "block backward": {
+            **states,
+            **none,
+            "gradients": 4 * _unit_numel(units["norm + lm_head"], tp, fsdp),
+            "parameters": 2 * a * whole["block"],
+            "activations": kept + recomputed + workspace,
+            "communication buffers": whole["block"] * reduce,
+        },
+        # Every gradient, and the step's one parameter-sized temporary (`denoms`).
+        "optimizer step": {**states, **none, "gradients": 8 * sharded},
     }
     moment, parts = max(moments.items(), key=lambda item: sum(item[1].values()))
     return _with_margin(parts, moment, layout.accelerator)
