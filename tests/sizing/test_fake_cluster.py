@@ -1,0 +1,78 @@
+"""The plan (`apertus.sizing.memory.training_memory`) against one training step of the real
+model traced on fake tensors at the presets' real widths and world sizes
+(`apertus.sizing.fake_cluster`): every parameter's and optimizer state's shard as planned, the
+weights and states to the byte, and the rank's traced peak within 15 % of the plan's
+`Memory.counted`.
+
+Cases (full activation checkpointing, bf16, micro-batch 1, rank 0): the 8B pretraining layout
+(256 ranks, seq 4096), the 70B one (2048 ranks, seq 4096), and 8B's ctx64k stage (128 ranks,
+seq 65536, context parallelism 4: its key/value all-gather runs on the fake process group).
+Fewer layers than the flavors' at full width, to keep the tests near a minute on two cores; the
+plan is asked for the same reduced shape. Each trace runs in its own interpreter
+(`trace_step_in_subprocess`).
+
+Where the peaks fall: 8B, with and without CP, at the start of the loss's backward (the logits'
+12 bytes per logit); 70B in a block's backward (`apertus.sizing.fake_cluster`'s module doc).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from apertus.sizing.fake_cluster import (
+    comparison,
+    plan_for,
+    sharding_mismatches,
+    trace_step_in_subprocess,
+)
+
+pytestmark = pytest.mark.slow  # a subprocess per trace, ~30 s in all
+
+CASES = {
+    "8b-256-ranks": ("8b", {"world_size": 256, "seq_len": 4096, "n_layers": 16}),
+    "70b-2048-ranks": ("70b", {"world_size": 2048, "seq_len": 4096, "n_layers": 8}),
+    "8b-ctx64k-cp4": (
+        "8b",
+        {"world_size": 128, "seq_len": 65536, "context_parallel": 4, "n_layers": 8},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def traces():
+    cache = {}
+
+    def trace(case: str):
+        if case not in cache:
+            name, options = CASES[case]
+            cache[case] = trace_step_in_subprocess(name, **options)
+        return cache[case]
+
+    return trace
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_parameter_and_optimizer_state_is_sharded_as_planned(traces, case):
+    trace = traces(case)
+    assert trace.param_numel, "no parameters traced"
+    assert set(trace.optimizer_numel) == set(trace.param_numel)
+    assert all(set(states) == {"m1", "m2", "v"} for states in trace.optimizer_numel.values())
+    assert sharding_mismatches(trace) == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_master_weights_and_optimizer_states_are_the_planned_bytes(traces, case):
+    rows = {part: (traced, planned) for part, traced, planned in comparison(traces(case))}
+    for part in ("master weights", "optimizer states"):
+        traced, planned = rows[part]
+        assert traced == pytest.approx(planned, rel=1e-3), part
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_traced_peak_is_the_planned_one_within_15_percent(traces, case):
+    trace = traces(case)
+    plan = plan_for(trace)
+    assert trace.peak_bytes == pytest.approx(plan.counted, rel=0.15), (
+        f"traced {trace.peak_bytes / 2**30:.2f} GiB in the {trace.where[trace.moment]}, "
+        f"planned {plan.counted / 2**30:.2f} GiB at the {plan.moment}"
+    )
