@@ -32,12 +32,13 @@ Where the code differs by device, the formulas follow the eager code: ``torch.co
 upper bound there. Selective activation checkpointing is planned as no checkpointing (an upper
 bound: torchtitan's op-level policy keeps the matmul outputs).
 
-Peak = the largest of four moments: the start of the loss's backward (all activations kept,
+Peak = the largest of five moments: the start of the loss's backward (all activations kept,
 the loss's fp32 tensors, the lm_head unit gathered), lm_head's backward (its weight gradient
-for the reduce-scatter), the last block's backward (the logits freed; two blocks gathered, the
-recomputed block under checkpointing, the gradients flowing through it) and the optimizer step
-(every gradient and the step's temporary). `bench/memory_plan.py` measured which one is the
-peak on real steps: the loss's backward in every case it ran.
+for the reduce-scatter), a block's backward (the logits freed; two units gathered, the
+recomputed block under checkpointing, xIELU's backward temporaries), the embedding's backward
+(its whole-vocabulary gradient) and the optimizer step (every gradient and the step's
+temporary). `apertus.sizing.fake_cluster` traced which one is the peak at the presets' sizes,
+`bench/memory_plan.py` on real steps on the CPU.
 
 `tests/sizing/test_memory.py` checks `block_saved_bytes` against the tensors autograd really
 saves for one block, and `apertus.sizing.fake_cluster` traces a real training step on fake
@@ -216,12 +217,18 @@ def model_saved_bytes(shape: Shape, dtype: str) -> int:
     return 8 + 2 * a * shape.attention_head_dim + _norm_saved(shape.dim, a)
 
 
-def _backward_workspace(shape: Shape, dtype: str, tp: int) -> int:
-    """Bytes per token the backward of one block allocates beyond what it frees: the gradients
-    flowing through the MLP's hidden units (w_down's input gradient, xIELU's input gradient)
-    and the residual stream's gradient."""
+# Hidden-sized temporaries of xIELU's backward at its peak (`apertus.model.model`): the CPU's
+# where-free form keeps x's positive and negative parts, the masks, expm1 and the slope; the
+# `torch.where` form (accelerators; compiled code fuses either into fewer) about five.
+XIELU_BACKWARD_TEMPORARIES = {"masked": 8, "where": 5}
+
+
+def _backward_workspace(shape: Shape, dtype: str, tp: int, accelerator: bool) -> int:
+    """Bytes per token the backward of one block allocates beyond what it frees: xIELU's
+    backward temporaries over the MLP's hidden units, and the residual stream's gradient."""
     a = DTYPE_BYTES[dtype]
-    return a * (2 * shape.ffn_hidden // tp + 2 * shape.dim)
+    hidden = XIELU_BACKWARD_TEMPORARIES["where" if accelerator else "masked"]
+    return a * (hidden * shape.ffn_hidden // tp + 2 * shape.dim)
 
 
 def training_memory(layout: TrainingLayout) -> Memory:
@@ -249,10 +256,12 @@ def training_memory(layout: TrainingLayout) -> Memory:
     if layout.attention == "sdpa":
         # The dense block-causal mask, one byte per (query, key) pair of the micro-batch.
         kept += layout.micro_batch * (tokens // layout.micro_batch) * layout.seq_len
-    workspace = tokens * _backward_workspace(shape, layout.dtype, tp)
-    logits = tokens * shape.vocab_size // tp * LOSS_BYTES_PER_LOGIT
-    # The unsharded gradient of a unit, plus its fp32 copy for the reduce-scatter (none in fp32).
-    reduce = a + (4 if a != 4 else 0)
+    workspace = tokens * _backward_workspace(shape, layout.dtype, tp, layout.accelerator)
+    # The vocabulary-parallel loss (tensor parallelism) keeps one more fp32 tensor per logit.
+    per_logit = LOSS_BYTES_PER_LOGIT + (4 if tp > 1 else 0)
+    logits = tokens * shape.vocab_size // tp * per_logit
+    # A unit's gradient for the reduce-scatter: fp32 (the reduce dtype).
+    block_grad = max(math.prod(_local(dims, split, tp)) for dims, split in units["block"])
     states = {"master weights": 4 * sharded, "optimizer states": 12 * sharded}
     none = {
         "gradients": 0,
@@ -261,6 +270,7 @@ def training_memory(layout: TrainingLayout) -> Memory:
         "logits and loss": 0,
         "communication buffers": 0,
     }
+    head, embedding = whole["norm + lm_head"], whole["tok_embeddings"]
     moments = {
         # Every activation kept, the loss's fp32 tensors; only the lm_head unit is gathered
         # (not resharded after the forward; the last block is gathered once lm_head's
@@ -268,30 +278,39 @@ def training_memory(layout: TrainingLayout) -> Memory:
         "loss backward": {
             **states,
             **none,
-            "parameters": a * whole["norm + lm_head"],
+            "parameters": a * head,
             "activations": kept,
             "logits and loss": logits,
         },
-        # lm_head's own backward: the logits' gradient in the compute dtype and fp32, its
-        # weight gradient unsharded and the fp32 copy for the reduce-scatter.
+        # lm_head's own backward, the logits' gradient freed: the last block prefetched, the
+        # final norm's backward temporaries, lm_head's gradient in fp32 for the reduce-scatter.
         "lm_head backward": {
             **states,
             **none,
-            "parameters": a * whole["norm + lm_head"],
-            "activations": kept,
-            "logits and loss": tokens * shape.vocab_size // tp * (a + 4),
-            "communication buffers": whole["norm + lm_head"] * reduce,
+            "parameters": a * (head + whole["block"]),
+            "activations": kept + tokens * shape.dim * (16 + a),
+            "communication buffers": 4 * head,
         },
-        # The last block's backward, the logits freed: it and the block before (prefetched)
+        # A block's backward: it and the unit below (prefetched: a block, or the embedding)
         # gathered, its tensors recomputed under checkpointing, the gradients flowing through
-        # it, and its weight gradient for the reduce-scatter.
+        # it and its largest weight gradient, the unit above's fp32 reduce-scatter buffer.
         "block backward": {
             **states,
             **none,
             "gradients": 4 * _unit_numel(units["norm + lm_head"], tp, fsdp),
-            "parameters": 2 * a * whole["block"],
-            "activations": kept + recomputed + workspace,
-            "communication buffers": whole["block"] * reduce,
+            "parameters": a * (whole["block"] + max(whole["block"], embedding)),
+            "activations": kept + recomputed + workspace + a * block_grad,
+            "communication buffers": 4 * whole["block"],
+        },
+        # The embedding's backward, every block's tensors freed: its gradient is the whole
+        # vocabulary on every TP rank (not vocab-split), unsharded and in fp32; its weight is
+        # not gathered (the backward needs the token ids only).
+        "embedding backward": {
+            **states,
+            **none,
+            "gradients": 4 * (sharded - _unit_numel(units["tok_embeddings"], tp, fsdp)),
+            "activations": tokens * model_saved_bytes(shape, layout.dtype),
+            "communication buffers": embedding * (a + (4 if a != 4 else 0)),
         },
         # Every gradient, and the step's one parameter-sized temporary (`denoms`).
         "optimizer step": {**states, **none, "gradients": 8 * sharded},

@@ -6,13 +6,15 @@ weights and states to the byte, and the rank's traced peak within 15 % of the pl
 
 Cases (full activation checkpointing, bf16, micro-batch 1, rank 0): the 8B pretraining layout
 (256 ranks, seq 4096), the 70B one (2048 ranks, seq 4096), and 8B's ctx64k stage (128 ranks,
-seq 65536, context parallelism 4: its key/value all-gather runs on the fake process group).
+seq 65536, context parallelism 4: its key/value all-gather runs on the fake process group), and
+8B with tensor parallelism 4.
 Fewer layers than the flavors' at full width, to keep the tests near a minute on two cores; the
 plan is asked for the same reduced shape. Each trace runs in its own interpreter
 (`trace_step_in_subprocess`).
 
 Where the peaks fall: 8B, with and without CP, at the start of the loss's backward (the logits'
-12 bytes per logit); 70B in a block's backward (`apertus.sizing.fake_cluster`'s module doc).
+12 bytes per logit); 70B in a block's backward; under TP in the embedding's backward
+(`apertus.sizing.fake_cluster`'s module doc).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ CASES = {
         "8b",
         {"world_size": 128, "seq_len": 65536, "context_parallel": 4, "n_layers": 8},
     ),
+    # Tensor parallelism: the peak is the embedding's backward (its gradient is the whole
+    # vocabulary on every TP rank).
+    "8b-tp4": ("8b", {"world_size": 256, "seq_len": 4096, "tensor_parallel": 4, "n_layers": 4}),
 }
 
 
