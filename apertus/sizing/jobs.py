@@ -225,7 +225,12 @@ def _training_job(
     fixes = [keys["micro_batch"]] if micro_batch > 1 else []
     if activation_checkpoint != "full":
         fixes.append(f"{keys['activation_checkpoint']}: full")
-    fixes += [keys["context_parallel"], keys["tensor_parallel"], keys["nnodes"]]
+    # The keys that lower the peak per GPU, where the stage has them (None: it has not).
+    fixes += [
+        key
+        for key in (keys["context_parallel"], keys["tensor_parallel"], keys["nnodes"], keys["seq"])
+        if key is not None
+    ]
     return PlannedJob(
         name=name,
         rule=rule,
@@ -310,6 +315,7 @@ def _pretrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
                     "context_parallel": cp_key,
                     "tensor_parallel": "pretrain.tensor_parallel",
                     "nnodes": nnodes_key,
+                    "seq": None,
                 },
             )
         )
@@ -460,15 +466,16 @@ def _posttrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
     return jobs
 
 
-def _post_keys(stage: str) -> dict[str, str]:
+def _post_keys(stage: str) -> dict[str, str | None]:
+    """The keys that would make an SFT or QRPO job fit (no context parallelism; QRPO alone has
+    tensor parallelism)."""
     return {
         "micro_batch": f"posttrain.{stage}.micro_batch",
         "activation_checkpoint": f"posttrain.{stage}.activation_checkpoint",
-        "context_parallel": "posttrain.sft_data.max_len",
-        "tensor_parallel": f"posttrain.{stage}.tensor_parallel"
-        if stage == "qrpo"
-        else "posttrain.sft.nnodes",
+        "context_parallel": None,
+        "tensor_parallel": "posttrain.qrpo.tensor_parallel" if stage == "qrpo" else None,
         "nnodes": f"posttrain.{stage}.nnodes",
+        "seq": "posttrain.sft_data.max_len",
     }
 
 
