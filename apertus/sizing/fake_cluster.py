@@ -74,6 +74,7 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,7 @@ __all__ = [
     "trace_shape",
     "trace_step",
     "trace_step_in_subprocess",
+    "traces_in_subprocess",
 ]
 
 # The tracker's categories (`_FSDPRefType`'s values) summed into the plan's parts. The tracker
@@ -402,16 +404,26 @@ def trace_step(
 def trace_step_in_subprocess(flavor: str, *, timeout: float = 600, **options: Any) -> Trace:
     """`trace_step` in a fresh interpreter (``python -m apertus.sizing.fake_cluster --json``),
     so that the caller's process keeps no process group and no torchtitan patch."""
-    command = [sys.executable, "-m", "apertus.sizing.fake_cluster", "--json", "--flavor", flavor]
-    for key, value in options.items():
-        if value is not None:
-            command += [f"--{key.replace('_', '-')}", str(value)]
+    return traces_in_subprocess({"trace": (flavor, options)}, timeout=timeout)["trace"]
+
+
+def traces_in_subprocess(
+    cases: Mapping[str, tuple[str, Mapping[str, Any]]], *, timeout: float = 600
+) -> dict[str, Trace]:
+    """`trace_step` of each case (name -> (flavor, options)) one after another in one fresh
+    interpreter (``--many``): torch is imported once, the process group made and destroyed
+    per trace."""
+    specs = [{"flavor": flavor, **options} for flavor, options in cases.values()]
+    command = [sys.executable, "-m", "apertus.sizing.fake_cluster", "--many", json.dumps(specs)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(command)} exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
         )
-    return Trace.from_dict(json.loads(proc.stdout.splitlines()[-1]))
+    lines = proc.stdout.splitlines()[-len(specs) :]
+    return {
+        name: Trace.from_dict(json.loads(line)) for name, line in zip(cases, lines, strict=True)
+    }
 
 
 def comparison(trace: Trace, plan: Memory | None = None) -> list[tuple[str, int, int]]:
@@ -490,8 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Trace one training step of a flavor at its real size on a fake cluster "
         "and compare the rank's peak with the plan (apertus.sizing.memory.training_memory).",
     )
-    parser.add_argument("--flavor", required=True, choices=sorted(FLAVOR_SHAPES))
-    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--flavor", choices=sorted(FLAVOR_SHAPES))
+    parser.add_argument("--world-size", type=int)
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--tensor-parallel", type=int, default=1)
     parser.add_argument("--context-parallel", type=int, default=1)
@@ -503,7 +515,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-layers", type=int, default=None, help="default: the flavor's")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the trace as one JSON line")
+    parser.add_argument(
+        "--many",
+        metavar="JSON",
+        help="a JSON list of trace_step arguments ({flavor, world_size, ...}): trace each, one "
+        "JSON line per trace (the other options are ignored)",
+    )
     args = parser.parse_args(argv)
+    if args.many:
+        for spec in json.loads(args.many):
+            flavor = spec.pop("flavor")
+            print(json.dumps(trace_step(flavor, **spec).as_dict()), flush=True)
+        return 0
+    if args.flavor is None or args.world_size is None:
+        parser.error("--flavor and --world-size are required (or --many)")
     trace = trace_step(
         args.flavor,
         world_size=args.world_size,

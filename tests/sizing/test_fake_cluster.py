@@ -10,7 +10,7 @@ seq 65536, context parallelism 4: its key/value all-gather runs on the fake proc
 8B with tensor parallelism 4.
 Fewer layers than the flavors' at full width, to keep the tests near a minute on two cores; the
 plan is asked for the same reduced shape. Each trace runs in its own interpreter
-(`trace_step_in_subprocess`).
+(`traces_in_subprocess`: one interpreter for all).
 
 Where the peaks fall: 8B, with and without CP, at the start of the loss's backward (the logits'
 12 bytes per logit); 70B in a block's backward; under TP in the embedding's backward
@@ -25,17 +25,17 @@ from apertus.sizing.fake_cluster import (
     comparison,
     plan_for,
     sharding_mismatches,
-    trace_step_in_subprocess,
+    traces_in_subprocess,
 )
 
 pytestmark = pytest.mark.slow  # a subprocess per trace, ~30 s in all
 
 CASES = {
-    "8b-256-ranks": ("8b", {"world_size": 256, "seq_len": 4096, "n_layers": 16}),
-    "70b-2048-ranks": ("70b", {"world_size": 2048, "seq_len": 4096, "n_layers": 8}),
+    "8b-256-ranks": ("8b", {"world_size": 256, "seq_len": 4096, "n_layers": 8}),
+    "70b-2048-ranks": ("70b", {"world_size": 2048, "seq_len": 4096, "n_layers": 4}),
     "8b-ctx64k-cp4": (
         "8b",
-        {"world_size": 128, "seq_len": 65536, "context_parallel": 4, "n_layers": 8},
+        {"world_size": 128, "seq_len": 65536, "context_parallel": 4, "n_layers": 4},
     ),
     # Tensor parallelism: the peak is the embedding's backward (its gradient is the whole
     # vocabulary on every TP rank).
@@ -45,15 +45,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def traces():
-    cache = {}
-
-    def trace(case: str):
-        if case not in cache:
-            name, options = CASES[case]
-            cache[case] = trace_step_in_subprocess(name, **options)
-        return cache[case]
-
-    return trace
+    """Every case traced once, all in one interpreter (torch imported once)."""
+    return traces_in_subprocess(CASES).__getitem__
 
 
 @pytest.mark.parametrize("case", CASES)
