@@ -8,9 +8,9 @@ Cases (full activation checkpointing, bf16, micro-batch 1, rank 0): the 8B pretr
 (256 ranks, seq 4096), the 70B one (2048 ranks, seq 4096), and 8B's ctx64k stage (128 ranks,
 seq 65536, context parallelism 4: its key/value all-gather runs on the fake process group), and
 8B with tensor parallelism 4.
-Fewer layers than the flavors' at full width, to keep the tests near a minute on two cores; the
-plan is asked for the same reduced shape. Each trace runs in its own interpreter
-(`traces_in_subprocess`: one interpreter for all).
+Fewer layers than the flavors' at full width (~20 s on two cores; the full depths are in
+bench/RESULTS.md); the plan is asked for the same reduced shape. The traces run one after another
+in one fresh interpreter (`traces_in_subprocess`), which keeps no process group in the tests'.
 
 Where the peaks fall: 8B, with and without CP, at the start of the loss's backward (the logits'
 12 bytes per logit); 70B in a block's backward; under TP in the embedding's backward
