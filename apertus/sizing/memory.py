@@ -21,9 +21,10 @@ context-parallel ranks, tensor parallelism of the blocks, AdEMAMix):
   parallelism gathers the keys and values of the whole sequence in every attention;
 - **logits and loss**: cross-entropy upcasts the logits to fp32 and keeps the log-softmax; its
   backward holds that, its gradient and the input's gradient: 12 bytes per token and vocabulary
-  entry (the vocabulary split over the tensor-parallel ranks);
-- **communication buffers**: the unsharded gradient of the largest unit and its fp32 copy for
-  the reduce-scatter;
+  entry (the vocabulary split over the tensor-parallel ranks; 16 with its vocabulary-parallel
+  form under tensor parallelism);
+- **communication buffers**: a unit's gradient in fp32 for the reduce-scatter (the embedding's
+  also unsharded in the compute dtype);
 - **allocator margin**: what the plan adds for what it does not count (the CUDA context, NCCL's
   buffers, the caching allocator's fragmentation).
 
