@@ -328,6 +328,7 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
     from their token budgets (a phase plans at least its budget), the batch split, the model
     shape under tensor parallelism, and the long-context stages' windows."""
     from apertus.train.config import PretrainConfig
+    from apertus.train.plan import planned_phases
     from apertus.train.run_spec import (
         LRSpec,
         RunSpec,
@@ -366,21 +367,18 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
         tensor_parallel=cfg.tensor_parallel,
     )
     ramp = batch_ramp(cfg.batch_ramp, seq_len=cfg.seq_len, global_batch=cfg.global_batch)
-    steps: list[int] = []
-    for i, name in enumerate(cfg.phases):
-        index, tokens = budgets[name]
-        windows = tokens // (cfg.seq_len + 1)
-        count = ramp.steps_within(windows, sum(steps))
-        if count < 1:
+    phases = planned_phases(cfg, {name: tokens for name, (_, tokens) in budgets.items()})
+    for i, phase in enumerate(phases):
+        if phase.steps < 1:
+            index, tokens = budgets[phase.name]
             problems.append(
-                f"key 'tokenize.phases[{index}].tokens' is {tokens}: {windows} windows of "
-                f"pretrain.seq_len {cfg.seq_len} + 1 tokens, fewer than one batch of "
-                f"{ramp.batch_at(sum(steps))} for pretrain.phases[{i}] {name!r}; raise the "
-                "phase's token budget or lower the batch"
+                f"key 'tokenize.phases[{index}].tokens' is {tokens}: {phase.windows} windows "
+                f"of pretrain.seq_len {cfg.seq_len} + 1 tokens, fewer than one batch of "
+                f"{phase.batch} for pretrain.phases[{i}] {phase.name!r}; raise the phase's "
+                "token budget or lower the batch"
             )
             return problems + split
-        steps.append(count)
-    total = sum(steps)
+    total = sum(phase.steps for phase in phases)
     problems += spec_problems(
         "pretrain",
         split,

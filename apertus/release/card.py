@@ -281,13 +281,12 @@ def _compute(facts: CardFacts) -> str:
     for job in plan.jobs:
         if job.rule not in TRAINING_RULES:
             continue
-        name = job.name.removeprefix("pretrain ")
         kind = "pretrain" if job.rule == "pretrain_stage" else "posttrain"
-        manifest = facts.stages.get(f"{kind}/{name}") or {}
+        manifest = facts.stages.get(f"{kind}/{job.stage}") or {}
         seconds = manifest.get("seconds")
         rows.append(
             (
-                name,
+                job.stage,
                 job.layout,
                 f"{job.memory.total / 1e9:.2f}",
                 None if job.gpu_hours is None else f"{job.gpu_hours:,.1f}",

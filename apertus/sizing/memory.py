@@ -179,12 +179,12 @@ def _unit_numel(params, tp: int, fsdp: int | None = None) -> int:
     return total
 
 
-def _norm_saved(n: int, a: int, consumer_keeps_output: bool = True) -> int:
-    """Bytes an RMSNorm over `n` elements keeps per token (`apertus.model.model.rms_norm`:
-    the fp32 input for the square, the fp32 reciprocal RMS, the normalised input cast back for
-    the weight's gradient) plus, when the next op is a matmul, its output (the matmul's saved
-    input)."""
-    return 4 * n + 4 + a * n + (a * n if consumer_keeps_output else 0)
+def _norm_saved(n: int, a: int, rows: int = 1, consumer_keeps_output: bool = True) -> int:
+    """Bytes an RMSNorm over `n` elements per token keeps per token
+    (`apertus.model.model.rms_norm`: the fp32 input for the square, the fp32 reciprocal RMS of
+    each of its `rows` (one, or one per head), the normalised input cast back for the weight's
+    gradient) plus, when the next op is a matmul, its output (the matmul's saved input)."""
+    return 4 * n + 4 * rows + a * n + (a * n if consumer_keeps_output else 0)
 
 
 def block_saved_bytes(shape: Shape, dtype: str, context_parallel: int = 1) -> int:
@@ -196,12 +196,8 @@ def block_saved_bytes(shape: Shape, dtype: str, context_parallel: int = 1) -> in
     q, kv = shape.n_heads * hd, shape.n_kv_heads * hd
     attention = (
         _norm_saved(d, a)  # attention_norm, its output kept once by wq, wk and wv
-        + _norm_saved(q, a, consumer_keeps_output=False)
-        - 4
-        + 4 * shape.n_heads  # q_norm
-        + _norm_saved(kv, a, consumer_keeps_output=False)
-        - 4
-        + 4 * shape.n_kv_heads  # k_norm
+        + _norm_saved(q, a, rows=shape.n_heads, consumer_keeps_output=False)  # q_norm
+        + _norm_saved(kv, a, rows=shape.n_kv_heads, consumer_keeps_output=False)  # k_norm
         # attention: rotated q, k and v (k and v gathered over the CP ranks), the output
         # (also wo's input) and the fp32 log-sum-exp per head
         + a * (q + 2 * kv * context_parallel + q)
@@ -256,7 +252,7 @@ def training_memory(layout: TrainingLayout) -> Memory:
     kept += tokens * model_saved_bytes(shape, layout.dtype)
     if layout.attention == "sdpa":
         # The dense block-causal mask, one byte per (query, key) pair of the micro-batch.
-        kept += layout.micro_batch * (tokens // layout.micro_batch) * layout.seq_len
+        kept += tokens * layout.seq_len
     workspace = tokens * _backward_workspace(shape, layout.dtype, tp, layout.accelerator)
     # The vocabulary-parallel loss (tensor parallelism) keeps one more fp32 tensor per logit.
     per_logit = LOSS_BYTES_PER_LOGIT + (4 if tp > 1 else 0)

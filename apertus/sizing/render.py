@@ -91,19 +91,19 @@ def render_plan(plan: RunPlan) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += ["", "memory per GPU at the peak, GB (moment: parts)"]
-    seen: set[tuple] = set()
+    seen: set[tuple] = set()  # a job with the parts of one listed above is left out
     for job in plan.jobs:
         if not job.memory.parts:
             lines.append(f"  {job.name}: {job.note}")
             continue
         key = (job.memory.moment, tuple(job.memory.parts.items()))
+        if key in seen:
+            continue
+        seen.add(key)
         parts = ", ".join(
             f"{SHORT.get(name, name)} {value / 1e9:.2f}" for name, value in job.memory.parts.items()
         )
-        same = " (as above)" if key in seen else ""
-        seen.add(key)
-        if not same:
-            lines.append(f"  {job.name} [{job.memory.moment}]: {parts}")
+        lines.append(f"  {job.name} [{job.memory.moment}]: {parts}")
     lines += [
         "",
         f"total: {_duration(plan.wall_seconds)} of jobs one after another, "

@@ -22,16 +22,20 @@ The stages, in order:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from apertus.core import ApertusError
 from apertus.train.config import PretrainConfig
+from apertus.train.run_spec import batch_ramp
 
 __all__ = [
     "CONTROL_SUFFIX",
+    "PlannedPhase",
     "PlannedStage",
     "launch_layout",
+    "planned_phases",
     "planned_stage",
     "pretrain_stages",
 ]
@@ -115,3 +119,32 @@ def planned_stage(cfg: PretrainConfig, name: str) -> PlannedStage:
         if stage.name == name:
             return stage
     raise ApertusError(f"no pretraining phase or long-context stage named {name!r}")
+
+
+@dataclass(frozen=True)
+class PlannedPhase:
+    """A data phase's share of the one WSD schedule, planned from its token budget."""
+
+    name: str
+    windows: int
+    """Training windows of ``seq_len + 1`` tokens its budget holds."""
+    first_step: int
+    steps: int
+    """The updates whose batches (the ramp's, from `first_step`) its windows fill; 0: not one."""
+    batch: int
+    """The global batch at its first step."""
+
+
+def planned_phases(cfg: PretrainConfig, budgets: Mapping[str, int]) -> list[PlannedPhase]:
+    """The phases of ``pretrain.phases`` in order, each from its tokenization budget
+    (`budgets`: phase name -> tokens), before any data exists: what the config check and
+    `apertus plan` count on (a phase trains at least its budget's windows once the data is
+    there, `apertus.train.stage`)."""
+    ramp = batch_ramp(cfg.batch_ramp, seq_len=cfg.seq_len, global_batch=cfg.global_batch)
+    phases, step = [], 0
+    for name in cfg.phases:
+        windows = budgets[name] // (cfg.seq_len + 1)
+        steps = ramp.steps_within(windows, step)
+        phases.append(PlannedPhase(name, windows, step, steps, ramp.batch_at(step)))
+        step += steps
+    return phases
