@@ -32,7 +32,7 @@ STANDIN_ROOT = "rehearsal-inputs/"
 # `**` anything below.
 SIZE_KEYS = (
     "resources.**",
-    # what `apertus plan` assumes of the Hub data's size (no job reads it)
+    # what `apertus plan` assumes of the Hub data's size (read by no job but the report's cost page)
     "plan.**",
     # data: filter jobs and sample sizes
     "data.sources[].shards",

@@ -114,6 +114,9 @@ def _summary(argv: list[str]) -> None:
     parser.add_argument(
         "--stage", action="append", required=True, help="a stage with a manifest page"
     )
+    parser.add_argument(
+        "--run-config", type=json.loads, required=True, help="the run's whole config (JSON)"
+    )
     args = parser.parse_args(argv)
     out = args.output_dir
     inputs = [
@@ -165,6 +168,13 @@ def _summary(argv: list[str]) -> None:
                         tables.reward_tables(report))  # fmt: skip
             figures.plot_rewards(report, out / "rewards.png", dpi=dpi)
         grouped = _stage_manifests(args.run_dir, args.stage)
+        _write_page(
+            out / "cost.html",
+            "What this run costs",
+            tables.cost_tables(
+                args.run_config, {rel: m for found in grouped.values() for rel, m in found}
+            ),
+        )
         for stage in args.stage:
             _write_page(
                 out / "manifests" / f"{stage}.html",

@@ -376,3 +376,33 @@ def manifest_tables(
                 table.note = f"first {max_facts} of {len(scalars)} values; all in {rel}"
             facts.append(table)
     return [steps, *facts]
+
+
+def cost_tables(run_config: Mapping[str, Any], manifests: Mapping[str, Mapping[str, Any]]) -> list:
+    """What this run costs: `apertus plan` on the run's config (one row per GPU job: layout,
+    peak memory per GPU against its limit, throughput, wall-clock, GPU-hours, checkpoints),
+    each training job beside the wall-clock its step manifest measured, then the memory at
+    each job's peak by part. `manifests` are the run's step manifests by their path."""
+    from apertus.sizing.jobs import TRAINING_RULES, run_plan
+    from apertus.sizing.render import HEADER, job_rows, memory_rows, total_line
+
+    plan = run_plan(run_config)
+    jobs = Table(
+        "What this run costs: one row per GPU job",
+        [*HEADER, "measured wall (s)"],
+        note=f"{total_line(plan)}. Planned by `apertus plan` on the run's config (memory "
+        "formulas in apertus/sizing/memory.py); 'measured' is the training step's manifest."
+        + "".join(f" Note: {n}" for n in plan.notes),
+    )
+    for job, row in zip(plan.jobs, job_rows(plan), strict=True):
+        seconds = None
+        if job.rule in TRAINING_RULES:
+            kind = "pretrain" if job.rule == "pretrain_stage" else "posttrain"
+            seconds = manifests.get(f"{kind}/{job.stage}.manifest.json", {}).get("seconds")
+        jobs.rows.append([*row, seconds])
+    memory = Table(
+        "Memory per GPU at each job's peak, GB",
+        ["job", "moment", "parts"],
+        [list(row) for row in memory_rows(plan)],
+    )
+    return [jobs, memory]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from apertus.sizing.jobs import RunPlan
 
-__all__ = ["render_plan"]
+__all__ = ["HEADER", "job_rows", "memory_rows", "render_plan", "total_line"]
 
 SHORT = {
     "master weights": "master",
@@ -44,23 +44,26 @@ def _count(n: float | None, digits: int = 0) -> str:
     return f"{n:.{digits}f}"
 
 
-def render_plan(plan: RunPlan) -> str:
-    header = (
-        "job",
-        "layout",
-        "tok/rank",
-        "peak GB",
-        "limit",
-        "fits",
-        "GFLOP/tok",
-        "tok/s/GPU",
-        "MFU",
-        "steps",
-        "wall",
-        "GPU-h",
-        "ckpts",
-    )
-    rows = [header]
+HEADER = (
+    "job",
+    "layout",
+    "tok/rank",
+    "peak GB",
+    "limit",
+    "fits",
+    "GFLOP/tok",
+    "tok/s/GPU",
+    "MFU",
+    "steps",
+    "wall",
+    "GPU-h",
+    "ckpts",
+)
+
+
+def job_rows(plan: RunPlan) -> list[tuple[str, ...]]:
+    """One row of HEADER's cells per job: the terminal table's and the report's."""
+    rows = []
     for job in plan.jobs:
         fits = {True: "yes", False: "NO", None: "-"}[job.fits]
         if not job.memory.parts:
@@ -84,17 +87,17 @@ def render_plan(plan: RunPlan) -> str:
                 f"{job.checkpoints} x {_gb(job.checkpoint_bytes)} GB" if job.checkpoints else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines += ["", "memory per GPU at the peak, GB (moment: parts)"]
-    seen: set[tuple] = set()  # a job with the parts of one listed above is left out
+    return rows
+
+
+def memory_rows(plan: RunPlan) -> list[tuple[str, str, str]]:
+    """(job, moment of the peak, its parts in GB) per job; a job whose parts are those of one
+    listed above is left out, one the plan cannot size has its note instead of parts."""
+    rows = []
+    seen: set[tuple] = set()
     for job in plan.jobs:
         if not job.memory.parts:
-            lines.append(f"  {job.name}: {job.note}")
+            rows.append((job.name, "-", job.note))
             continue
         key = (job.memory.moment, tuple(job.memory.parts.items()))
         if key in seen:
@@ -103,12 +106,29 @@ def render_plan(plan: RunPlan) -> str:
         parts = ", ".join(
             f"{SHORT.get(name, name)} {value / 1e9:.2f}" for name, value in job.memory.parts.items()
         )
-        lines.append(f"  {job.name} [{job.memory.moment}]: {parts}")
-    lines += [
-        "",
+        rows.append((job.name, job.memory.moment, parts))
+    return rows
+
+
+def total_line(plan: RunPlan) -> str:
+    return (
         f"total: {_duration(plan.wall_seconds)} of jobs one after another, "
         f"{_count(plan.gpu_hours, 2)} GPU-hours; checkpoints {_gb(plan.checkpoint_bytes)} GB "
-        f"(every one kept); token shards {_gb(plan.token_shard_bytes)} GB",
+        f"(every one kept); token shards {_gb(plan.token_shard_bytes)} GB"
+    )
+
+
+def render_plan(plan: RunPlan) -> str:
+    rows = [HEADER, *job_rows(plan)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
     ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += ["", "memory per GPU at the peak, GB (moment: parts)"]
+    for name, moment, parts in memory_rows(plan):
+        lines.append(f"  {name}: {parts}" if moment == "-" else f"  {name} [{moment}]: {parts}")
+    lines += ["", total_line(plan)]
     lines += [f"note: {note}" for note in plan.notes]
     return "\n".join(lines) + "\n"

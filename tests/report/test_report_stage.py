@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from apertus.cli import run as cli
+from apertus.report.html import format_cell
 from tests.conftest import planned_jobs, run_tool
 from tests.report.browser import Browser, require_chromium
 
@@ -53,9 +54,18 @@ def test_the_report_stage_wrote_every_figure_and_table(default_run):
     report = default_run / "report"
     assert sorted(p.stem for p in (report / "training").glob("*.png")) == sorted(TRAINING)
     summary = report / "summary"
-    for name in ("compliance.html", "tokens.html", "tokens.png", "evaluation.html",
+    for name in ("compliance.html", "tokens.html", "tokens.png", "evaluation.html", "cost.html",
                  "memorization.png", "rewards.html", "rewards.png"):  # fmt: skip
         assert (summary / name).stat().st_size > 500, name
+    # The cost page: `apertus plan` on the run's config, each training job beside the
+    # wall-clock its manifest measured.
+    cost = (summary / "cost.html").read_text()
+    for stage in TRAINING:
+        kind = "posttrain" if stage in ("sft", "qrpo") else "pretrain"
+        seconds = json.loads((default_run / kind / f"{stage}.manifest.json").read_text())["seconds"]
+        job = stage if kind == "posttrain" else f"pretrain {stage}"
+        assert f"<td>{job}</td>" in cost and f">{format_cell(seconds)}</td>" in cost, stage
+    assert "<td>evaluate phase1 (suite)</td>" in cost and "loss backward" in cost
     assert sorted(p.stem for p in (summary / "manifests").glob("*.html")) == sorted(MANIFEST_PAGES)
     manifest = json.loads((report / "summary.manifest.json").read_text())
     # Every step of the run but the summary itself is listed on a stage page.
@@ -137,7 +147,7 @@ def test_the_report_opens_in_a_browser_with_every_plot_and_table(report_html):
             assert width >= 600 and height >= 300, (category, label, width, height)
         # Every table page has its tables: opened on its own, since a data-URI frame's
         # document is not readable from the report's page.
-        assert len(by_kind["html"]) == 4 + len(MANIFEST_PAGES)
+        assert len(by_kind["html"]) == 5 + len(MANIFEST_PAGES)  # + the cost page
         for category, label, (_, _, _, uri) in by_kind["html"]:
             table_page = browser.open(uri)
             cells = table_page.evaluate("document.querySelectorAll('table td').length")

@@ -223,3 +223,22 @@ def test_readme_diagram_is_the_workflows_rule_graph():
     text = rulegraph.README.read_text(encoding="utf-8")
     expected = rulegraph.replace_block(text, rulegraph.diagram(rulegraph.rulegraph_dot()))
     assert text == expected, "README.md's DAG diagram is stale: run `apertus rulegraph`"
+
+
+def test_cost_tables_are_the_plan_of_the_config_beside_the_measured_wall_clock():
+    from apertus.core.config import load_config
+    from apertus.sizing.jobs import run_plan
+    from apertus.sizing.render import HEADER, job_rows
+
+    config = load_config(["config/presets/apertus-8b.yaml"])
+    plan = run_plan(config)
+    jobs, memory = tables.cost_tables(
+        config, {"pretrain/phase1.manifest.json": {"seconds": 12.5}, "posttrain/sft.json": {}}
+    )
+    assert jobs.columns == [*HEADER, "measured wall (s)"]
+    assert [row[:-1] for row in jobs.rows] == [list(row) for row in job_rows(plan)]
+    measured = {row[0]: row[-1] for row in jobs.rows if row[-1] is not None}
+    assert measured == {"pretrain phase1": 12.5}
+    assert f"{plan.gpu_hours / 1e3:.2f}k GPU-hours" in jobs.note
+    assert memory.rows[0][:2] == ["pretrain phase1", "loss backward"]
+    assert "<td>pretrain phase1</td>" in render_page("cost", [jobs, memory])

@@ -101,6 +101,13 @@ rule report_summary:
             "2. Tokenization",
             what="tokens per phase (tables)",
         ),
+        cost=report_file(
+            os.path.join(REPORT_SUMMARY, "cost.html"),
+            "cost",
+            "3. Training",
+            stage="all",
+            what="what this run costs: memory, time, GPU-hours per GPU job",
+        ),
         evaluation=report_file(
             os.path.join(REPORT_SUMMARY, "evaluation.html"),
             "evaluation",
@@ -176,6 +183,9 @@ rule report_summary:
             f"--rewards {input.rewards[0]}" if input.rewards else ""
         ),
         stages=" ".join(f"--stage {stage}" for stage in REPORT_STAGES),
+        # `apertus plan` on the whole config for the cost page: any config change re-runs
+        # this one cheap local step, as the run's other outputs would anyway.
+        run_config=lambda wildcards: canonical_json(config),
     shell:
         "python -m apertus.report.steps summary --config {params.config:q}"
         " --manifest {output.manifest} --run-dir {params.run_dir}"
@@ -183,7 +193,7 @@ rule report_summary:
         " {params.filtered} --corpus-manifest {input.corpus} {params.phases}"
         " $(printf -- ' --removed %s' {input.removed})"
         " --scores {input.table}/scores.csv {params.memorization} {params.rewards}"
-        " {params.stages} > {log} 2>&1"
+        " {params.stages} --run-config {params.run_config:q} > {log} 2>&1"
 
 
 TARGETS.append(rules.report_summary.output.manifest)
