@@ -201,18 +201,24 @@ def plan_for(trace: Trace) -> Memory:
 def _peak_locating_tracker(model, optimizer):
     """An `FSDPMemTracker` that also notes where each new peak falls (`Trace.where`)."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
 
     class PeakLocatingTracker(FSDPMemTracker):
         where = ""
 
         def _update_peak_stats(self, peak_state) -> None:
-            before = dict(self._peak_mem)
-            super()._update_peak_stats(peak_state)
-            if self._peak_mem != before:
-                running = self._mod_tracker.parents - {"Global"}
-                module = max(running, key=len) if running else "the loss (outside the model)"
-                direction = "backward" if self._mod_tracker.is_bw else "forward"
-                self.where = "optimizer step" if self._in_opt else f"{direction} of {module}"
+            # The rank's peak only: the parent's also updates every module's own peak on
+            # every op, a walk over all modules per op that makes a trace quadratic in depth
+            # (80 layers of 70B: 109 s, 36 s without it).
+            for device, snapshot in self._curr_mem_snap.items():
+                total = snapshot[_TOTAL_KEY]
+                if self._peak_mem.get(device, 0) < total:
+                    self._peak_mem[device] = total
+                    self._peak_mem_snap[device] = dict(snapshot)
+                    running = self._mod_tracker.parents - {"Global"}
+                    module = max(running, key=len) if running else "the loss (outside the model)"
+                    direction = "backward" if self._mod_tracker.is_bw else "forward"
+                    self.where = "optimizer step" if self._in_opt else f"{direction} of {module}"
 
     return PeakLocatingTracker(model, optimizer)
 
@@ -316,7 +322,9 @@ def trace_step(
         with FakeTensorMode(allow_non_fake_inputs=True):
             model.to_empty(device="cpu")
             optimizer = AdEMAMix(param_groups(model, weight_decay=0.1), lr=1e-4)
-            # The first step creates m1, m2 and v; the traced step is a later one.
+            # The first step creates m1, m2 and v, and fills DTensor's sharding-propagation
+            # cache for the foreach ops (a first propagation inside the tracker would count
+            # full-size tensors); the traced step is a later one.
             for param in model.parameters():
                 param.grad = torch.zeros_like(param)
             optimizer.step()
