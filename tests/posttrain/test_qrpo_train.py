@@ -558,40 +558,6 @@ def test_tensor_parallel_trains_like_one_process(sft_run, one_process, tmp_path)
     print(f"\nTP 2 vs 1 process: losses {loss_difference:.1e}, weights {weight_difference:.1e}")
 
 
-@pytest.mark.slow
-def test_sigterm_stops_with_a_checkpoint_and_the_rerun_resumes(sft_run, one_process, tmp_path):
-    """What SLURM sends before a requeue or at the time limit: every rank saves the step it is
-    at, the step fails naming the checkpoint, a re-run resumes there (the launcher requeues
-    itself under SLURM) and ends with the uninterrupted run's weights."""
-    from apertus.train.metrics import read_metrics
-    from apertus.train.run_spec import checkpoint_steps
-
-    command = [sys.executable, "-m", "apertus.posttrain.qrpo_train"]
-    command += qrpo_command(sft_run, tmp_path)
-    with open(tmp_path / "stopped.log", "w") as log:
-        process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        deadline, signalled = time.monotonic() + 240, False
-        while time.monotonic() < deadline and process.poll() is None:
-            found = list((tmp_path / "work").glob("qrpo-*/out/metrics.jsonl"))
-            if found and (logged := read_metrics(found[0])) and max(logged) >= 3:
-                process.send_signal(signal.SIGTERM)  # the launcher passes it on to the ranks
-                signalled = True
-                break
-            time.sleep(0.01)
-        assert process.wait(timeout=120) != 0
-    text = (tmp_path / "stopped.log").read_text()
-    assert signalled and "stopped early with a checkpoint" in text, text[-4000:]
-    work = next((tmp_path / "work").glob("qrpo-*"))
-    stopped_at = max(checkpoint_steps(work / "ckpt"))
-    assert 3 <= stopped_at < 16
-    main(qrpo_command(sft_run, tmp_path))
-    step = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert step["summary"]["resumed_from_step"] == stopped_at
-    ours, theirs = final_weights(tmp_path / "out"), final_weights(one_process / "out")
-    for name, value in theirs.items():
-        assert torch.equal(ours[name], value), name
-
-
 def running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -600,37 +566,64 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.slow
-def test_killed_job_resumes_to_the_weights_of_an_uninterrupted_run(sft_run, one_process, tmp_path):
-    """SIGKILL the QRPO job (its process group, as Snakemake's kill) after its step-10
-    checkpoint, re-run the same command: it resumes there and ends with the same weights."""
+def _run_until(command, log: Path, step: int, stop) -> int | None:
+    """Start the QRPO job in a session of its own, and `stop(process)` once its metrics log a
+    step at or past `step`; the step logged then (None if the job ended first)."""
     from apertus.train.metrics import read_metrics
+
+    work = log.parent / "work"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline, stopped_after = time.monotonic() + 240, None
+        while time.monotonic() < deadline and process.poll() is None:
+            found = list(work.glob("qrpo-*/out/metrics.jsonl"))
+            if found and (logged := read_metrics(found[0])) and max(logged) >= step:
+                stopped_after = max(logged)
+                stop(process)
+                break
+            time.sleep(0.01)
+        process.wait(timeout=120)
+    assert stopped_after is not None, log.read_text()[-4000:]
+    return stopped_after
+
+
+@pytest.mark.slow
+def test_sigterm_then_sigkill_and_the_reruns_resume_to_the_uninterrupted_weights(
+    sft_run, one_process, tmp_path
+):
+    """SIGTERM, what SLURM sends before a requeue or at the time limit: every rank saves the
+    step it is at and the step fails naming the checkpoint. The re-run resumes there; SIGKILL
+    of its process group (as Snakemake's kill) after its step-10 checkpoint leaves no process.
+    The next re-run resumes from step 10 and ends with the uninterrupted run's weights."""
     from apertus.train.run_spec import checkpoint_steps
 
     command = [sys.executable, "-m", "apertus.posttrain.qrpo_train"]
     command += qrpo_command(sft_run, tmp_path)
-    with open(tmp_path / "killed.log", "w") as log:
-        process = subprocess.Popen(
-            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        deadline, killed_after, tree = time.monotonic() + 240, None, []
-        while time.monotonic() < deadline and process.poll() is None:
-            found = list((tmp_path / "work").glob("qrpo-*/out/metrics.jsonl"))
-            if found:
-                logged = read_metrics(found[0])
-                if logged and max(logged) >= 12:
-                    tree = process_tree(process.pid)
-                    os.killpg(process.pid, signal.SIGKILL)
-                    killed_after = max(logged)
-                    break
-            time.sleep(0.01)
-        process.wait(timeout=60)
-    assert killed_after is not None, (tmp_path / "killed.log").read_text()[-4000:]
+    # The launcher passes SIGTERM on to the ranks.
+    _run_until(command, tmp_path / "stopped.log", 3, lambda p: p.send_signal(signal.SIGTERM))
+    text = (tmp_path / "stopped.log").read_text()
+    assert "stopped early with a checkpoint" in text, text[-4000:]
+    work = next((tmp_path / "work").glob("qrpo-*"))
+    stopped_at = max(checkpoint_steps(work / "ckpt"))
+    assert 3 <= stopped_at < 10
+
+    tree: list[int] = []
+
+    def kill(process) -> None:
+        tree.extend(process_tree(process.pid))
+        os.killpg(process.pid, signal.SIGKILL)
+
+    metrics = work / "out" / "metrics.jsonl"
+    before = len(metrics.read_text().splitlines())  # appended to by each run
+    killed_after = _run_until(command, tmp_path / "killed.log", 12, kill)
+    appended = metrics.read_text().splitlines()[before:]
+    assert json.loads(appended[0])["step"] == stopped_at + 1  # resumed from SIGTERM's checkpoint
     deadline = time.monotonic() + 20
     while any(map(running, tree)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in tree if running(pid)]
-    work = next((tmp_path / "work").glob("qrpo-*"))
     left = checkpoint_steps(work / "ckpt")
     assert 10 in left and 16 not in left
     main(qrpo_command(sft_run, tmp_path))
@@ -639,7 +632,7 @@ def test_killed_job_resumes_to_the_weights_of_an_uninterrupted_run(sft_run, one_
     ours, theirs = final_weights(tmp_path / "out"), final_weights(one_process / "out")
     for name, value in theirs.items():
         assert torch.equal(ours[name], value), name
-    print(f"\nkilled after step {killed_after}, resumed from step 10")
+    print(f"\nstopped at step {stopped_at}, killed after step {killed_after}, resumed from 10")
 
 
 @pytest.mark.parametrize(

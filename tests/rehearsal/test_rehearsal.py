@@ -132,3 +132,23 @@ def test_apertus_audit_finds_the_release_and_the_run_whole(rehearsal):
     for where in (rehearsal / "release", rehearsal):
         proc = run_tool("apertus", "audit", where, timeout=900)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_the_shards_are_the_bos_only_hub_tokenizers_documents_framed_by_the_pipeline(rehearsal):
+    """The preset's tokenizer is a Hub one whose post-processor adds only <s> (as Apertus',
+    Llama's and Mistral's do), with the Apertus layout (the stand-in of
+    apertus.rehearsal.models): every source's shards hold exactly its training documents as
+    transformers tokenizes them, framed <s> ... </s> by the pipeline, and the tokenizer the
+    run keeps is still BOS-only for inference."""
+    from transformers import AutoTokenizer
+
+    from tests.tokenize.test_tokenize_stage import stored_and_expected
+
+    tokenizer = AutoTokenizer.from_pretrained(str(rehearsal / "tokenize" / "tokenizer"))
+    assert 2 not in tokenizer("Allegra!")["input_ids"]
+    sources = sorted(p.name for p in (rehearsal / "tokenize" / "shards").iterdir() if p.is_dir())
+    assert sources
+    for source in sources:
+        stored, expected = stored_and_expected(rehearsal, tokenizer, source)
+        assert stored and stored == expected, source
+        assert all(doc[0] == 1 and doc[-1] == 2 and 2 not in doc[:-1] for doc in stored), source

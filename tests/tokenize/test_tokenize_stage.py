@@ -2,7 +2,6 @@
 `default_run`): a tokenizer transformers loads, shards equal to what it produces, a held-out
 split the shards never see, phase indexes, and re-runs that stop at the right stage."""
 
-import itertools
 import json
 import shutil
 import subprocess
@@ -16,8 +15,7 @@ from apertus.core.config import load_schema
 from apertus.tokenize.phases import INDEX_FILES, PhaseDataset
 from apertus.tokenize.shards import TokenShards, read_corpus, verify_shards
 from apertus.tokenize.tokenizer import encode_documents
-from tests.conftest import REPO, planned_jobs, run_tool
-from tests.tokenize.hub_tokenizers import APERTUS_VOCAB_SIZE, save_apertus_layout_tokenizer
+from tests.conftest import REPO, planned_jobs
 
 pytestmark = pytest.mark.slow
 
@@ -156,66 +154,3 @@ def test_a_phase_is_replanned_only_when_its_own_sources_or_entry_change(default_
     bigger = [dict(p, tokens=p["tokens"] + 1000) if p["name"] == "phase2" else p for p in default]
     budget = planned_jobs(default_run, tmp_path, yaml.safe_dump({"tokenize": {"phases": bigger}}))
     assert budget["tokenize_phase"] == 1
-
-
-def hub_tokenizer_overlay(tokenizer_dir) -> dict:
-    """The default config with a Hub-format tokenizer directory as `tokenize.tokenizer.source`,
-    and phase 1 and its batches cut to about 14 steps: with 131072 ids the tiny model's
-    embedding and output layer grow to 67M parameters (``vocabulary_cover``)."""
-    phases = load_schema()["properties"]["tokenize"]["properties"]["phases"]["default"]
-    phases = [{**phase, "tokens": 500} if phase["name"] == "phase1" else phase for phase in phases]
-    return {
-        "tokenize": {"tokenizer": {"source": str(tokenizer_dir)}, "phases": phases},
-        "pretrain": {
-            "seq_len": 32,
-            "micro_batch": 2,
-            "global_batch": 2,
-            "batch_ramp": None,
-            "checkpoint_interval": 1000,
-        },
-    }
-
-
-def check_hub_tokenizer_run(run_dir) -> None:
-    """Shards framed <s> ... </s> with the BOS-only tokenizer's ids, and phase 1 trained on
-    them with an embedding of all 131072 ids."""
-    tokenizer = AutoTokenizer.from_pretrained(str(tok(run_dir, "tokenizer")))
-    assert len(tokenizer) == APERTUS_VOCAB_SIZE
-    assert 2 not in tokenizer("Allegra!")["input_ids"]  # still BOS-only for inference
-    for source in ("web", "edu", "code"):
-        checksums = verify_shards(tok(run_dir, "shards", source))
-        assert (checksums["dtype"], checksums["vocab_size"]) == ("uint32", APERTUS_VOCAB_SIZE)
-        stored, expected = stored_and_expected(run_dir, tokenizer, source)
-        assert stored == expected, source
-        assert all(doc[0] == 1 and doc[-1] == 2 and 2 not in doc[:-1] for doc in stored)
-    record = json.loads((run_dir / "pretrain" / "phase1" / "run.json").read_text())
-    assert record["model_overrides"]["vocab_size"] == APERTUS_VOCAB_SIZE
-    assert record["final_step"] > 0 and 0 < record["final_loss"] < 20
-
-
-def test_a_bos_only_hub_tokenizer_with_the_apertus_layout_tokenizes_and_trains(
-    default_run_data, tmp_path
-):
-    """The issue's check: a Hub-format tokenizer whose post-processor adds only <s> (as Llama's,
-    Mistral's and Apertus' do), with the Apertus layout, through tokenization and the first
-    pretraining phase of the default DAG, on the default run's data stage."""
-    run_dir = tmp_path / "results" / "hub"
-    shutil.copytree(default_run_data / "data", run_dir / "data", symlinks=True)
-    texts = [r["text"] for r in itertools.islice(read_corpus(run_dir / "data" / "corpus"), 200)]
-    tokenizer_dir = save_apertus_layout_tokenizer(tmp_path / "apertus-tokenizer", texts)
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump(hub_tokenizer_overlay(tokenizer_dir)))
-    run_tool(
-        "snakemake",
-        run_dir / "pretrain" / "phase1.manifest.json",  # before --configfile / --config
-        "--cores",
-        "2",
-        "--configfile",
-        overlay,
-        "--config",
-        f"results_dir={run_dir.parent}",
-        "run=hub",
-        check=True,
-        timeout=1200,
-    )
-    check_hub_tokenizer_run(run_dir)
