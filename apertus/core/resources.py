@@ -20,7 +20,11 @@ __all__ = ["RESOURCE_FALLBACK", "SLURM_KEYS", "job_resources", "sbatch_options",
 # Config keys passed to the SLURM executor plugin unchanged when set.
 SLURM_KEYS = ("slurm_partition", "slurm_account", "constraint", "slurm_extra")
 # Resource entries that fall back to another stage's before `default`.
-RESOURCE_FALLBACK = {"posttrain_sample": "posttrain", "posttrain_score": "posttrain"}
+RESOURCE_FALLBACK = {
+    "posttrain_sample": "posttrain",
+    "posttrain_score": "posttrain",
+    "export": "evaluate",
+}
 
 
 def stage_resources(resources: Mapping[str, Any], stage: str) -> Mapping[str, Any]:

@@ -53,7 +53,7 @@ import torch
 
 from apertus.core import ApertusError
 from apertus.core.config import shipped_path
-from apertus.core.device import resolve_device
+from apertus.core.device import load_pretrained, resolve_device
 from apertus.core.progress import Progress
 from apertus.core.typed import Config, is_integer
 
@@ -344,10 +344,9 @@ class RewardModelReward:
         self.tokenizer = load_hf_tokenizer(folder, "reward model")
         self.device = resolve_device(device, setting="reward model device")
         self.batch_size = batch_size
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            str(folder), dtype=DTYPES[dtype]
-        ).to(self.device)
-        self.model.eval()
+        self.model = load_pretrained(
+            AutoModelForSequenceClassification, str(folder), dtype=DTYPES[dtype], device=self.device
+        )
         if self.model.config.num_labels != 1:
             raise ApertusError(
                 f"reward model {folder} has {self.model.config.num_labels} labels; a reward "
@@ -475,10 +474,9 @@ class JudgeReward:
         folder = check_hf_folder(model_dir, "judge")
         self.tokenizer = load_hf_tokenizer(folder, "judge")
         self.device = resolve_device(device, setting="judge device")
-        self.model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype]).to(
-            self.device
+        self.model = load_pretrained(
+            AutoModelForCausalLM, str(folder), dtype=DTYPES[dtype], device=self.device
         )
-        self.model.eval()
         self.rubric = rubric
         self.template = template
         self.batch_size = batch_size

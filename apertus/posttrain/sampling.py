@@ -116,7 +116,7 @@ import torch
 from transformers import AutoConfig, LogitsProcessor
 
 from apertus.core import ApertusError
-from apertus.core.device import resolve_device
+from apertus.core.device import load_pretrained, resolve_device
 from apertus.core.files import atomic_open, atomic_write_json, atomic_write_text
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
@@ -446,11 +446,13 @@ def stop_token_ids(tokenizer: Any, folder: Path) -> dict[int, str]:
 
 
 def load_causal_lm(folder: Path, *, dtype: str, device: str) -> Any:
-    """The causal LM of an exported Hugging Face folder, in eval mode on `device`."""
+    """The causal LM of an exported Hugging Face folder, in eval mode on `device` (spread over
+    the job's GPUs where it has several: `apertus.core.device.load_pretrained`)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=DTYPES[dtype])
-    return model.to(resolve_device(device)).eval()
+    return load_pretrained(
+        AutoModelForCausalLM, str(folder), dtype=DTYPES[dtype], device=resolve_device(device)
+    )
 
 
 def sample_seed(seed: int, prompt_id: str, sample_index: int) -> int:
@@ -568,7 +570,14 @@ class VllmSampler:
 
         # generation_config="vllm": vLLM's neutral defaults, not the folder's (e.g. a
         # repetition penalty), as the transformers path does.
-        llm = LLM(model=str(folder), dtype=dtype, seed=0, generation_config="vllm")
+        # Tensor parallelism over every GPU the job was given (resources.posttrain_sample.gpus).
+        llm = LLM(
+            model=str(folder),
+            dtype=dtype,
+            seed=0,
+            generation_config="vllm",
+            tensor_parallel_size=max(torch.cuda.device_count(), 1),
+        )
         return cls(llm, SamplingParams)
 
     def requests(

@@ -104,6 +104,7 @@ SIZE_KEYS = (
     "evaluate.*.limit",
     "evaluate.*.tasks[].limit",
     "evaluate.*.device",
+    "evaluate.*.model_args.parallelize",  # the model over the job's GPUs (layout)
     "evaluate.*.dtype",
     "evaluate.instruct.metadata.max_seq_lengths",
     "evaluate.memorization.suffix_tokens",

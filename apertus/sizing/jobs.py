@@ -391,8 +391,9 @@ def _posttrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
             keys=_post_keys("qrpo"),
         )
     )
-    # Reference sampling: the SFT model on one GPU per shard, `batch_size` sequences at once
-    # of up to max_len tokens (prompt + completion) in the KV cache.
+    # Reference sampling: the SFT model on the GPUs of a shard's job (spread over them:
+    # apertus.core.device.load_pretrained, vLLM's tensor parallelism), `batch_size` sequences
+    # at once of up to max_len tokens (prompt + completion) in the KV cache.
     entry = stage_resources(config["resources"], "posttrain_sample")
     shards = sample["shards"]
     generated = completions * sample["max_new_tokens"] if completions else None
@@ -410,6 +411,7 @@ def _posttrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
                 n_layers=shape.n_layers,
                 kv_width=shape.n_kv_heads * shape.attention_head_dim,
                 vocab_size=shape.vocab_size,
+                gpus=entry.get("gpus") or 1,
             ),
             shards=shards,
             tokens=generated,
@@ -418,7 +420,7 @@ def _posttrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
             device=sample["device"],
         )
     )
-    # Scoring: each reward model of the config, one at a time on one GPU per shard.
+    # Scoring: each reward model of the config, one at a time on the GPUs of a shard's job.
     scorers = [("reward", sample["reward"])] + [
         (f"reward of {category}", reward)
         for category, reward in sample["rewards_by_category"].items()
@@ -436,7 +438,7 @@ def _posttrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
                     resources="posttrain_score",
                     nodes=shards,
                     gpus_per_node=entry.get("gpus") or 0,
-                    layout=f"{shards} shard(s) x 1 GPU",
+                    layout=f"{shards} shard(s) x {entry.get('gpus') or 1} GPU",
                     memory=Memory({}, "unknown"),
                     memory_limit_gb=None,
                     note=f"{reward['model']}: no config.json here (the Hub is not asked); "
@@ -459,11 +461,16 @@ def _posttrain_jobs(config: Mapping[str, Any]) -> list[PlannedJob]:
                     n_layers=hf_shape["layers"],
                     kv_width=hf_shape["kv_width"],
                     vocab_size=hf_shape["vocab"],
+                    gpus=entry.get("gpus") or 1,
                 ),
                 shards=shards,
                 tokens=completions * seq_len if completions else None,
                 flops=2 * params,
-                keys=("posttrain.qrpo_data.batch_size", f"posttrain.qrpo_data ({label}) dtype"),
+                keys=(
+                    "posttrain.qrpo_data.batch_size",
+                    f"posttrain.qrpo_data ({label}) dtype",
+                    "resources.posttrain_score.gpus",
+                ),
                 device=reward.get("device") or "auto",
             )
         )
@@ -558,7 +565,8 @@ def _checkpoint_jobs(config: Mapping[str, Any], trained: list[PlannedJob]) -> li
     pretrain = config["pretrain"]
     base = FLAVOR_SHAPES[pretrain["flavor"]]
     evaluate = config["evaluate"]
-    export_entry = stage_resources(config["resources"], "evaluate")
+    export_entry = stage_resources(config["resources"], "export")
+    evaluate_entry = stage_resources(config["resources"], "evaluate")
     jobs = []
     for job in trained:
         stage = job.stage
@@ -567,7 +575,7 @@ def _checkpoint_jobs(config: Mapping[str, Any], trained: list[PlannedJob]) -> li
             PlannedJob(
                 name=f"export {stage}",
                 rule="export_checkpoint",
-                resources="evaluate",
+                resources="export",
                 nodes=1,
                 gpus_per_node=export_entry.get("gpus") or 0,
                 layout="1 job (host)",
@@ -579,7 +587,7 @@ def _checkpoint_jobs(config: Mapping[str, Any], trained: list[PlannedJob]) -> li
                 ),
                 memory_limit_gb=_limit(export_entry, host=True),
                 host_memory=True,
-                fixes=("resources.evaluate.mem_mb",),
+                fixes=("resources.export.mem_mb",),
             )
         )
         suites = [("suite", evaluate["suite"])]
@@ -589,13 +597,13 @@ def _checkpoint_jobs(config: Mapping[str, Any], trained: list[PlannedJob]) -> li
             lengths = suite.get("metadata", {}).get("max_seq_lengths") or []
             context = max([job.tokens_per_rank or 0, *lengths]) if lengths else base.max_seq_len
             parallel = bool(suite.get("model_args", {}).get("parallelize"))
-            gpus = (export_entry.get("gpus") or 1) if parallel else 1
+            gpus = (evaluate_entry.get("gpus") or 1) if parallel else 1
             jobs.append(
                 _inference_job(
                     name=f"evaluate {stage} ({suite_name})",
                     rule="evaluate_checkpoint" if suite_name == "suite" else "evaluate_instruct",
                     resources="evaluate",
-                    entry=export_entry,
+                    entry=evaluate_entry,
                     layout=InferenceLayout(
                         params=n,
                         dtype=suite["dtype"],

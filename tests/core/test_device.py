@@ -51,3 +51,35 @@ def test_a_name_torch_does_not_know_is_an_error_naming_the_setting(name):
 def test_importing_the_module_does_not_import_torch():
     code = "import sys, apertus.core.device; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_model_spreads_over_the_gpus_of_a_job_given_several(monkeypatch):
+    """`from_pretrained`'s placement: the whole model on one device, unless the job sees
+    several GPUs and names none of them (70B sampling, scoring: resources.*.gpus 4)."""
+    import torch
+
+    from apertus.core.device import spread
+
+    assert spread(torch.device("cpu")) == {}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert spread(torch.device("cuda")) == {}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert spread(torch.device("cuda")) == {"device_map": "auto"}
+    assert spread(torch.device("cuda:1")) == {}  # a device named by its index is that one
+
+
+def test_load_pretrained_gives_an_eval_mode_model_on_the_device(tmp_path):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from apertus.core.device import load_pretrained
+
+    config = LlamaConfig(
+        vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    model = load_pretrained(
+        LlamaForCausalLM, str(tmp_path), dtype=torch.float32, device=torch.device("cpu")
+    )
+    assert not model.training and next(model.parameters()).device == torch.device("cpu")

@@ -40,8 +40,13 @@ def test_every_gpu_job_of_a_preset_has_a_row(name):
         assert job in names
     assert any(n.startswith("qrpo sample") for n in names)
     assert sum(n.startswith("qrpo score") for n in names) == 2  # reward model and judge
-    # Training jobs fit the presets' GH200s as written (the check refuses nothing).
+    # The jobs fit the presets' GH200s as written (the check refuses nothing); 70B's sampling
+    # and evaluations on one node's four GPUs.
     assert fit_problems(config) == []
+    for job in plan.jobs:
+        if job.rule in ("posttrain_qrpo_sample", "evaluate_checkpoint", "evaluate_instruct"):
+            assert job.fits is True, job.name
+            assert job.gpus_per_node == (4 if name == "70b" else 1), job.name
     for job in plan.jobs:
         if job.rule == "pretrain_stage":
             assert job.fits is True
@@ -92,8 +97,10 @@ def test_a_long_context_stage_without_context_parallelism_is_refused(tmp_path):
 def test_plan_cli_prints_a_table_and_json():
     text = run_tool("apertus", "plan", "--configfile", PRESETS["70b"], check=True).stdout
     assert "pretrain ctx64k" in text and "GPU-h" in text and "total:" in text
-    # The 70B one-GPU jobs do not fit a GH200; the preset leaves them unchecked, and says so.
-    assert "WARNING: posttrain_qrpo_sample" in text
+    # The 70B export does not fit a GH200 node's host memory; the preset leaves it unchecked,
+    # and the plan says so. Its sampling, scoring and evaluations spread over four GPUs, checked.
+    assert "WARNING: export_checkpoint" in text and "resources.export.mem_mb" in text
+    assert "WARNING: posttrain_qrpo_sample" not in text
     data = json.loads(run_tool("apertus", "plan", "--json", check=True).stdout)
     assert {job["rule"] for job in data["jobs"]} >= {"pretrain_stage", "posttrain_sft"}
     assert data["total"]["token_shard_bytes"] > 0

@@ -12,7 +12,7 @@ import pytest
 from apertus.audit.explain import explain_changes
 from apertus.core import ApertusError
 from apertus.core.config import load_config
-from apertus.core.resources import job_resources, sbatch_options
+from apertus.core.resources import job_resources, sbatch_options, stage_resources
 from apertus.train.early_stop import TIME_LIMIT, StopRequest
 from apertus.train.launch import run as launch_run
 from apertus.train.launch import torchrun_command
@@ -145,7 +145,8 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
         options = job.sbatch.split()
         seen.add(job.rule)
         stage = "default" if job.rule in CPU_RULES else job.rule.split("_")[0]
-        # Exports and the held-out reward evaluation take the evaluation resources.
+        # The held-out reward evaluation takes the evaluation resources, exports theirs (else the
+        # evaluation's: RESOURCE_FALLBACK).
         if job.rule == "posttrain_heldout":
             stage = "evaluate"
         # QRPO's sampling and scoring take resources of their own (one GPU per shard job).
@@ -154,7 +155,7 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
             "posttrain_qrpo_score_shard": "posttrain_score",
         }
         stage = sample_or_score.get(job.rule, stage)
-        entry = res.get({"export": "evaluate"}.get(stage, stage)) or res["default"]
+        entry = stage_resources(res, stage)
         assert options[options.index("-t") + 1] == str(entry["runtime"]), job.rule
         assert options[options.index("-p") + 1] == entry["slurm_partition"], job.rule
         if job.rule == "pretrain_stage":
@@ -174,7 +175,8 @@ def test_preset_dry_run_submits_what_the_preset_says(preset, tmp_path):
         elif stage in ("data", "tokenize"):
             assert not any("gpu" in o for o in options) and "--nodes=1" in options, job.rule
         elif job.rule in ("evaluate_checkpoint", "evaluate_instruct"):
-            assert "--gres=gpu:1" in options and "--nodes=1" in options
+            # One GPU (8B), one node's four with the model spread over them (70B).
+            assert f"--gres=gpu:{entry['gpus']}" in options and "--nodes=1" in options
         elif job.rule in CPU_RULES:
             assert not any("gpu" in o for o in options), job.rule
     assert {"pretrain_stage", "data_filter", "tokenize_shards", "evaluate_checkpoint"} <= seen

@@ -35,9 +35,9 @@ rule export_checkpoint:
         benchmark_path("export", "{stage}")
     wildcard_constraints:
         stage="|".join(EVALUATE_CHECKPOINTS),
-    threads: stage_threads("evaluate")
+    threads: stage_threads("export")
     resources:
-        **stage_job_resources("evaluate"),
+        **stage_job_resources("export"),
     params:
         code=step_code("apertus.export.stage"),
         config=stage_config("export"),
