@@ -146,8 +146,10 @@ def test_the_shards_are_the_bos_only_hub_tokenizers_documents_framed_by_the_pipe
 
     tokenizer = AutoTokenizer.from_pretrained(str(rehearsal / "tokenize" / "tokenizer"))
     assert 2 not in tokenizer("Allegra!")["input_ids"]
-    sources = sorted(p.name for p in (rehearsal / "tokenize" / "shards").iterdir() if p.is_dir())
-    assert sources
+    # The corpus's sources (the shards also hold the planted probes and the funnel).
+    corpus = rehearsal / "data" / "corpus"
+    sources = sorted(p.name for p in corpus.iterdir() if p.is_dir() and not p.name.startswith("_"))
+    assert len(sources) > 10
     for source in sources:
         stored, expected = stored_and_expected(rehearsal, tokenizer, source)
         assert stored and stored == expected, source
