@@ -411,8 +411,8 @@ def test_early_stops_and_a_kill_resume_to_the_same_weights(two_process_run, phas
     whatever the interval, and exiting with launch.STOPPED (75): the deadline of a SLURM time
     limit (`APERTUS_STOP_AT`, here already past: one step, then stop), and a SIGTERM (what
     SLURM sends on preemption and `scontrol requeue`), here to the launcher, which passes it
-    on. The third attempt is SIGKILLed after its next checkpoint, as `kill -9` of Snakemake's
-    process group: no rank is left training. The fourth resumes from that checkpoint and ends
+    on. The third attempt is SIGKILLed three steps on, as `kill -9` of Snakemake's process
+    group: no rank is left training. The fourth resumes from the last checkpoint and ends
     with the uninterrupted run's exact weights, optimizer state, data position and losses.
     Two processes: torchrun starts them, each in a session of its own."""
     directory = tmp_path / "stopped"
@@ -437,16 +437,18 @@ def test_early_stops_and_a_kill_resume_to_the_same_weights(two_process_run, phas
     signalled = (tmp_path / "signalled.log").read_text()
     assert "Training starts at step 2" in signalled
     stopped_at = max(checkpoint_steps(directory / "ckpt"))
-    assert 13 <= stopped_at < 20  # so that the next attempt passes its step-20 checkpoint
+    assert 13 <= stopped_at < 27  # room for the next attempt to train before its kill
     assert f"stopped early at step {stopped_at} (received SIGTERM)" in signalled
 
+    # Three steps on, and not while the step-20 checkpoint is written (logged, then saved).
+    kill_at = stopped_at + 3 if stopped_at + 3 < 20 else max(stopped_at + 3, 23)
     with open(tmp_path / "killed.log", "w") as log:
         process = subprocess.Popen(
             command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         deadline, killed_after = time.monotonic() + 180, None
         while time.monotonic() < deadline and process.poll() is None:
-            if (logged := read_metrics(metrics_file)) and max(logged) >= 23:
+            if (logged := read_metrics(metrics_file)) and max(logged) >= kill_at:
                 # The launcher and torchrun die; the ranks, in sessions of their own, must
                 # die with them.
                 tree = process_tree(process.pid)
@@ -465,20 +467,20 @@ def test_early_stops_and_a_kill_resume_to_the_same_weights(two_process_run, phas
     orphans = [pid for pid in tree if running(pid)]
     assert not orphans, f"processes of the killed run still alive: {orphans}"
     left = checkpoint_steps(directory / "ckpt")
-    assert 30 not in left and 20 in left  # stopped mid-way, after a checkpoint
+    assert 30 not in left and stopped_at in left  # and its step-20 one, if it got there
 
     proc = run_ok(spec, 2)
     # The shard, its index and the phase's three index files were verified before the first
     # run; unchanged, not read again.
     assert "verified the sha256 of 5 data file(s) (0.0 MiB read, 5 unchanged" in proc.stderr
-    assert "Training starts at step 21" in proc.stdout
+    assert f"Training starts at step {max(left) + 1}" in proc.stdout
     final = load_checkpoint(directory / "ckpt" / "step-30", tmp_path)
     reference = load_checkpoint(two_process_run[0] / "ckpt" / "step-30", tmp_path)
     assert_same_training_state(final, reference)
     ours = read_metrics(metrics_file)
     theirs = read_metrics(two_process_run[0] / "out" / "metrics.jsonl")
     assert [ours[s]["loss"] for s in ours] == [theirs[s]["loss"] for s in theirs]
-    print(f"\nstopped at steps 1 and {stopped_at}, killed after {killed_after}, resumed from 20")
+    print(f"\nstopped at 1 and {stopped_at}, killed after {killed_after}, resumed {max(left)}")
 
 
 @pytest.mark.slow
