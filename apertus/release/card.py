@@ -274,15 +274,14 @@ def _compute(facts: CardFacts) -> str:
     """What the run's training cost: per training stage, its layout and the peak memory per GPU
     and GPU-hours `apertus plan` gives for the run's config, beside the wall-clock its step
     manifest measured."""
-    from apertus.sizing.jobs import TRAINING_RULES, run_plan
+    from apertus.sizing.jobs import run_plan
 
     plan = run_plan(facts.run_config)
     rows = []
     for job in plan.jobs:
-        if job.rule not in TRAINING_RULES:
+        if job.manifest_key is None:  # not a training job
             continue
-        kind = "pretrain" if job.rule == "pretrain_stage" else "posttrain"
-        manifest = facts.stages.get(f"{kind}/{job.stage}") or {}
+        manifest = facts.stages.get(job.manifest_key) or {}
         seconds = manifest.get("seconds")
         rows.append(
             (

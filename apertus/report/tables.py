@@ -383,7 +383,7 @@ def cost_tables(run_config: Mapping[str, Any], manifests: Mapping[str, Mapping[s
     peak memory per GPU against its limit, throughput, wall-clock, GPU-hours, checkpoints),
     each training job beside the wall-clock its step manifest measured, then the memory at
     each job's peak by part. `manifests` are the run's step manifests by their path."""
-    from apertus.sizing.jobs import TRAINING_RULES, run_plan
+    from apertus.sizing.jobs import run_plan
     from apertus.sizing.render import HEADER, job_rows, memory_rows, total_line
 
     plan = run_plan(run_config)
@@ -395,11 +395,10 @@ def cost_tables(run_config: Mapping[str, Any], manifests: Mapping[str, Mapping[s
         + "".join(f" Note: {n}" for n in plan.notes),
     )
     for job, row in zip(plan.jobs, job_rows(plan), strict=True):
-        seconds = None
-        if job.rule in TRAINING_RULES:
-            kind = "pretrain" if job.rule == "pretrain_stage" else "posttrain"
-            seconds = manifests.get(f"{kind}/{job.stage}.manifest.json", {}).get("seconds")
-        jobs.rows.append([*row, seconds])
+        manifest = (
+            manifests.get(f"{job.manifest_key}.manifest.json", {}) if job.manifest_key else {}
+        )
+        jobs.rows.append([*row, manifest.get("seconds")])
     memory = Table(
         "Memory per GPU at each job's peak, GB",
         ["job", "moment", "parts"],

@@ -81,6 +81,14 @@ class PlannedJob:
     """The training stage it trains (a training job), or the checkpoint it reads."""
 
     @property
+    def manifest_key(self) -> str | None:
+        """A training job's step manifest in its run, without the ``.manifest.json`` suffix
+        (``pretrain/phase1``, ``posttrain/sft``); None for the other jobs."""
+        if self.rule not in TRAINING_RULES:
+            return None
+        return f"{'pretrain' if self.rule == 'pretrain_stage' else 'posttrain'}/{self.stage}"
+
+    @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 

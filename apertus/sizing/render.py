@@ -90,14 +90,15 @@ def job_rows(plan: RunPlan) -> list[tuple[str, ...]]:
     return rows
 
 
-def memory_rows(plan: RunPlan) -> list[tuple[str, str, str]]:
+def memory_rows(plan: RunPlan) -> list[tuple[str, str | None, str]]:
     """(job, moment of the peak, its parts in GB) per job; a job whose parts are those of one
-    listed above is left out, one the plan cannot size has its note instead of parts."""
+    listed above is left out, one the plan cannot size has no moment and its note instead of
+    parts."""
     rows = []
     seen: set[tuple] = set()
     for job in plan.jobs:
         if not job.memory.parts:
-            rows.append((job.name, "-", job.note))
+            rows.append((job.name, None, job.note))
             continue
         key = (job.memory.moment, tuple(job.memory.parts.items()))
         if key in seen:
@@ -128,7 +129,7 @@ def render_plan(plan: RunPlan) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines += ["", "memory per GPU at the peak, GB (moment: parts)"]
     for name, moment, parts in memory_rows(plan):
-        lines.append(f"  {name}: {parts}" if moment == "-" else f"  {name} [{moment}]: {parts}")
+        lines.append(f"  {name}: {parts}" if moment is None else f"  {name} [{moment}]: {parts}")
     lines += ["", total_line(plan)]
     lines += [f"note: {note}" for note in plan.notes]
     return "\n".join(lines) + "\n"
