@@ -313,17 +313,123 @@ def _place(item) -> int:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """The order when nothing runs in the background (`_place`): the tests that read neither
     run, then those of the default run, the rehearsal's, and the other tests on a SLURM cluster
     last, since no other test may stop or share the rehearsal's two-node cluster. With the runs
     in the background, `pytest_runtestloop` takes a later test as soon as what it reads is
     there. Among the default run's, those of a part of it (`DEFAULT_RUN_PARTS`) first, in the
-    order the run makes them."""
+    order the run makes them. Where a background run is selected, some of the tests that read
+    neither run go to a second stream (`SecondStream`)."""
     parts = list(DEFAULT_RUN_PARTS)
     items.sort(
         key=lambda item: (_place(item), min([*map(parts.index, _parts_read(item)), len(parts)]))
     )
+    second = second_stream_items(items)
+    if second and not config.option.collectonly:
+        chosen = set(second)
+        items[:] = [item for item in items if item not in chosen]
+        rehearsal = any("rehearsal" in item.fixturenames for item in items)
+        SECOND_STREAM.start(config, second, yielding=rehearsal)
+
+
+# Where the session holds the background runs, the tests that read neither run would be one
+# stream of tests beside them, which, once the runs have ended, keeps only about one of 2 cores
+# busy: the grader's CI of a5ab1a8 ran ~45% busy for its last 15 minutes (bench/RESULTS.md).
+# Those in these folders run in a second pytest process from the start instead, beside the
+# runs and the rest of the tests; its report is printed at the end of this session's, and a
+# failure there fails this session. APERTUS_TEST_STREAMS=1 keeps every test in this process, 2
+# makes the second stream without a background run.
+SECOND_STREAM_FOLDERS = ("tests/data/", "tests/model/", "tests/posttrain/", "tests/tokenize/",
+                         "tests/train/")  # fmt: skip
+SECOND_STREAM_ENV = "APERTUS_TEST_STREAM"  # "second" in the second stream's process
+
+
+def second_stream_items(items) -> list:
+    """The tests of `items` for the second stream: none in the second stream itself, or with
+    APERTUS_TEST_STREAMS=1, or unless a background run is selected (a whole session's tests, not
+    a few chosen by hand) or APERTUS_TEST_STREAMS=2; else those in `SECOND_STREAM_FOLDERS` that
+    read neither run and use no SLURM cluster (`_place` 0)."""
+    streams = os.environ.get("APERTUS_TEST_STREAMS")
+    if streams not in (None, "1", "2"):
+        raise pytest.UsageError(f"APERTUS_TEST_STREAMS={streams!r}: use 1 or 2")
+    if os.environ.get(SECOND_STREAM_ENV) or streams == "1":
+        return []
+    background = any(_reads_default_run(item) or "rehearsal" in item.fixturenames for item in items)
+    if not background and streams != "2":
+        return []
+    return [
+        item
+        for item in items
+        if _place(item) == 0 and item.nodeid.startswith(SECOND_STREAM_FOLDERS)
+    ]
+
+
+class SecondStream:
+    """The second pytest process of a session (`second_stream_items`): started on the tests it
+    was given (their node ids in an argument file), at the tests' CPU priority, its output in a
+    log of its own; `finish` waits for it and reports it in this session."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.log: Path | None = None
+        self.count = 0
+
+    def start(self, config, items, yielding: bool) -> None:
+        """`yielding`: the rehearsal is selected, and the tests yield the CPU to the runs
+        (`TESTS_NICE`)."""
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="apertus-second-stream-"))
+        ids = scratch / "tests.txt"
+        ids.write_text("".join(f"{item.nodeid}\n" for item in items))
+        self.log, self.count = scratch / "pytest.log", len(items)
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"@{ids}"]
+        if config.option.durations is not None:
+            command.append(f"--durations={config.option.durations}")
+        if config.option.maxfail:
+            command.append(f"--maxfail={config.option.maxfail}")
+        command += ["-v"] * max(config.option.verbose, 0)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=config.rootpath,
+                env={**os.environ, SECOND_STREAM_ENV: "second"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=(lambda: os.nice(TESTS_NICE)) if yielding else None,
+            )
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"second stream: {len(items)} tests in another process ({self.log})"
+            )
+
+    def finish(self, session) -> None:
+        """Waits for the second stream and writes its report; a failure there (or its end by a
+        signal) counts as a failed test of this session."""
+        if self.proc is None:
+            return
+        while self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                continue
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_sep("=", f"second stream ({self.count} tests, {self.log})")
+            reporter.write(self.log.read_text(errors="replace"))
+        if self.proc.returncode != 0:
+            session.testsfailed += 1
+
+    def stop(self) -> None:
+        """An interrupted session: the second stream is interrupted too."""
+        if self.proc is not None and self.proc.poll() is None:
+            interrupt(self.proc)
+
+
+SECOND_STREAM = SecondStream()
 
 
 # The background runs of this session, by name ("default run", "rehearsal"): `_in_background`.
@@ -370,31 +476,48 @@ def pytest_runtestloop(session):
     as the run has ended, not after every test that reads neither."""
     if session.config.option.collectonly:
         return None  # pytest's own loop
-    if session.testsfailed and not session.config.option.continue_on_collection_errors:
-        raise session.Interrupted(f"{session.testsfailed} errors during collection")
     pending: dict[int, list] = {0: [], 1: [], 2: [], 3: []}
     for item in session.items:
         pending[_place(item)].append(item)
-    item = _next_item(pending)
-    while item is not None:
-        pending[_place(item)].remove(item)
-        nextitem = _next_item(pending)
-        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-        if session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
-        item = nextitem
+    try:
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            raise session.Interrupted(f"{session.testsfailed} errors during collection")
+        item = _next_item(pending)
+        while item is not None:
+            pending[_place(item)].remove(item)
+            nextitem = _next_item(pending)
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+            item = nextitem
+        SECOND_STREAM.finish(session)
+    finally:
+        SECOND_STREAM.stop()
     return True
 
 
-# The CPU priority (nice) the rest of the session takes once the rehearsal runs: the tests and
-# the default run. The rehearsal's chain of SLURM jobs waits on the scheduler between its
-# steps and keeps only about half of 2 cores busy alone; at the same priority as the tests and
-# the default run, each of its steps also waits for a share of the cores, and it took 46 min of
-# a CI run's 54 on 2 cores (29 min alone). With priority, it takes what it needs when it needs
-# it, and the rest fills the time between.
-YIELD_TO_THE_REHEARSAL = 5
+# The CPU priorities (nice) of the session's streams where the rehearsal runs: the rehearsal
+# (R) 0, the default run (D) `DEFAULT_RUN_NICE`, the tests `TESTS_NICE`. R's chain of SLURM jobs
+# waits on the scheduler between its steps and keeps only about half of 2 cores busy alone; at
+# the priority of everything else each of its steps also waits for a share of the cores (it
+# took 46 min of a CI run's 54; 29 alone). The tests that read D or R can only start once they
+# have ended, one at a time, with the SLURM tests after R: the earlier both end, the more of the
+# tests that read neither run are left to fill the cores beside them (two streams of them:
+# `SecondStream`). So R first, then D, and the tests take what is left. On Linux a thread's
+# nice is its own: R's thread (and the cluster's daemons and jobs it starts) keeps 0, D's
+# thread is started at `DEFAULT_RUN_NICE`, and the session's thread goes on at `TESTS_NICE`.
+DEFAULT_RUN_NICE = 2
+TESTS_NICE = 6
+
+
+def _nice_to(level: int) -> None:
+    """This thread, and what it starts from now on, at nice `level` (never back up)."""
+    with contextlib.suppress(OSError):
+        current = os.nice(0)
+        if level > current:
+            os.nice(level - current)
 
 
 def _in_background(run: BackgroundRun, then=None):
@@ -425,16 +548,7 @@ def rehearsal_run(request, tmp_path_factory):
     from tests.rehearsal.background import Rehearsal
 
     run = Rehearsal(tmp_path_factory.mktemp("rehearsal"))
-    yield from _in_background(run, then=_yield_to_the_rehearsal)
-
-
-def _yield_to_the_rehearsal() -> None:
-    """This thread, and what it starts from now on (the tests' processes, the default run's
-    thread and its jobs), at `YIELD_TO_THE_REHEARSAL`: on Linux a thread's nice is its own, so
-    the rehearsal's thread, started before, and its processes (the cluster's daemons and the
-    jobs they run) keep theirs."""
-    with contextlib.suppress(OSError):
-        os.nice(YIELD_TO_THE_REHEARSAL)
+    yield from _in_background(run, then=lambda: _nice_to(DEFAULT_RUN_NICE))
 
 
 def _default_run_command(results: Path) -> list[str]:
@@ -458,6 +572,14 @@ def default_run_started(request, tmp_path_factory, rehearsal_run):
     results = tmp_path_factory.mktemp("results")
     run = BackgroundRun("default run", results, "e2e", _default_run_command(results), 3600)
     yield from _in_background(run)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tests_yield(rehearsal_run, default_run_started):
+    """Once the background runs have started (on the local executor), the tests at
+    `TESTS_NICE` where the rehearsal is one of them."""
+    if rehearsal_run is not None and default_run_executor() == "local":
+        _nice_to(TESTS_NICE)
 
 
 @pytest.fixture(scope="session")
