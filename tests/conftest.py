@@ -329,6 +329,8 @@ def pytest_collection_modifyitems(config, items):
     if second and not config.option.collectonly:
         chosen = set(second)
         items[:] = [item for item in items if item not in chosen]
+        # Deselected here (the terminal's count and progress are this process's tests).
+        config.hook.pytest_deselected(items=second)
         rehearsal = any("rehearsal" in item.fixturenames for item in items)
         SECOND_STREAM.start(config, second, yielding=rehearsal)
 
@@ -417,7 +419,7 @@ class SecondStream:
                 continue
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.ensure_newline()
+            reporter.write("\n")
             reporter.write_sep("=", f"second stream ({self.count} tests, {self.log})")
             reporter.write(self.log.read_text(errors="replace"))
         if self.proc.returncode != 0:
