@@ -472,6 +472,43 @@ def _next_item(pending: dict[int, list]):
     return next((items[0] for _, items in sorted(pending.items()) if items), None)
 
 
+# APERTUS_TEST_CPU=<file>: each test's CPU seconds (this process's and those of the processes
+# it started and waited for, from getrusage) written to <file> as JSON at the session's end,
+# most first (the second stream's to <file>.second). A CI run's CPU is its budget on 2 cores:
+# this says which tests spend it, where --durations says only how long each waited.
+CPU_FILE_ENV = "APERTUS_TEST_CPU"
+_CPU_SPENT: dict[str, float] = {}
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not os.environ.get(CPU_FILE_ENV):
+        yield
+        return
+    before = _cpu_seconds()
+    yield
+    _CPU_SPENT[item.nodeid] = round(_cpu_seconds() - before, 2)
+
+
+def pytest_sessionfinish(session):
+    target = os.environ.get(CPU_FILE_ENV)
+    if target and _CPU_SPENT:
+        if os.environ.get(SECOND_STREAM_ENV):
+            target += ".second"
+        ranked = dict(sorted(_CPU_SPENT.items(), key=lambda kv: -kv[1]))
+        Path(target).write_text(json.dumps(ranked, indent=1) + "\n")
+
+
 def pytest_runtestloop(session):
     """pytest's own loop (`_pytest.main.pytest_runtestloop`), but the next test is chosen when
     the one before starts (`_next_item`), so that a test reading a background run starts as soon
