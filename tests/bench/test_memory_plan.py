@@ -19,7 +19,7 @@ def test_quick_mode_prints_a_row_per_case():
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()

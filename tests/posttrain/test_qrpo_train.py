@@ -584,7 +584,7 @@ def _run_until(command, log: Path, step: int, stop) -> int | None:
                 stop(process)
                 break
             time.sleep(0.01)
-        process.wait(timeout=120)
+        process.wait(timeout=300)
     assert stopped_after is not None, log.read_text()[-4000:]
     return stopped_after
 

@@ -63,7 +63,7 @@ def upload(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProces
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
 
 

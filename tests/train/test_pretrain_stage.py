@@ -182,7 +182,7 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(
     assert step["rule"] == "pretrain_stage" and step["log"].endswith("phase1.log")
     assert step["progress"]["what"] == "training phase1"  # the log's last progress line
     assert step["progress"]["total"] == phase1["steps"]
-    assert proc.wait(timeout=120) != 0
+    assert proc.wait(timeout=300) != 0
     stopped = _status(*where)
     assert stopped["stages"]["pretrain"]["running"] == 0
     assert not target.exists()  # the interrupted job left no manifest

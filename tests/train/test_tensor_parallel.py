@@ -224,7 +224,7 @@ def test_launcher_refuses_a_bad_tensor_parallel_degree_before_torchrun(phase, tm
             cwd=REPO,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=600,
             check=False,
         )
 

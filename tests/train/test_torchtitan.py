@@ -419,7 +419,7 @@ def test_early_stops_and_a_kill_resume_to_the_same_weights(two_process_run, phas
     spec = write_spec(directory, phase)
     command = [sys.executable, "-m", "apertus.train.launch", "--spec", str(spec), "--nproc", "2"]
     env = {**os.environ, STOP_AT_ENV: str(time.time() - 1)}
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == STOPPED, proc.stdout[-4000:] + proc.stderr
     assert sorted(checkpoint_steps(directory / "ckpt")) == [1]
     assert "stopped early at step 1 (the SLURM time limit is near)" in proc.stderr
@@ -433,7 +433,7 @@ def test_early_stops_and_a_kill_resume_to_the_same_weights(two_process_run, phas
                 process.send_signal(signal.SIGTERM)
                 break
             time.sleep(0.01)
-        assert process.wait(timeout=120) == STOPPED, (tmp_path / "signalled.log").read_text()
+        assert process.wait(timeout=300) == STOPPED, (tmp_path / "signalled.log").read_text()
     signalled = (tmp_path / "signalled.log").read_text()
     assert "Training starts at step 2" in signalled
     stopped_at = max(checkpoint_steps(directory / "ckpt"))
@@ -1003,7 +1003,7 @@ def launch_quick(*args: str) -> subprocess.CompletedProcess:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
 

@@ -202,7 +202,7 @@ def test_tracking_without_wandb_installed_is_an_error_before_training(phase, tmp
         env={**os.environ, "PYTHONPATH": str(hidden)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
     assert proc.returncode == 2
