@@ -337,13 +337,15 @@ def pytest_collection_modifyitems(config, items):
 
 # Where the session holds the background runs, the tests that read neither run would be one
 # stream of tests beside them, which, once the runs have ended, keeps only about one of 2 cores
-# busy: the grader's CI of a5ab1a8 ran ~45% busy for its last 15 minutes (bench/RESULTS.md).
+# busy: a CI run of a5ab1a8 ran ~45% busy for its last 15 minutes (bench/RESULTS.md).
 # Those in these folders run in a second pytest process from the start instead, beside the
-# runs and the rest of the tests; its report is printed at the end of this session's, and a
-# failure there fails this session. APERTUS_TEST_STREAMS=1 keeps every test in this process, 2
-# makes the second stream without a background run.
-SECOND_STREAM_FOLDERS = ("tests/data/", "tests/model/", "tests/posttrain/", "tests/tokenize/",
-                         "tests/train/")  # fmt: skip
+# runs and the rest of the tests (more than half of them: that stream should end with the
+# SLURM tests, the last of this one, which mostly wait on requeues); its report is printed at
+# the end of this session's, and a failure there fails this session. APERTUS_TEST_STREAMS=1
+# keeps every test in this process, 2 makes the second stream without a background run.
+SECOND_STREAM_FOLDERS = ("tests/data/", "tests/evaluate/", "tests/export/", "tests/model/",
+                         "tests/posttrain/", "tests/tokenize/", "tests/train/",
+                         "tests/workflow/")  # fmt: skip
 SECOND_STREAM_ENV = "APERTUS_TEST_STREAM"  # "second" in the second stream's process
 
 

@@ -21,7 +21,7 @@ ITEMS = [
     item("tests/train/test_pretrain_stage.py::test_b", "default_run_phase2"),
     item("tests/posttrain/test_qrpo_train.py::test_c", "slurm_cluster", slurm=True),
     item("tests/data/test_quality.py::test_d[x y]"),
-    item("tests/export/test_export.py::test_e"),
+    item("tests/audit/test_checksums.py::test_e"),
     item("tests/evaluate/test_lmeval.py::test_f", "default_run"),
     item("tests/rehearsal/test_rehearsal.py::test_g", "rehearsal", slurm=True),
 ]
