@@ -300,6 +300,10 @@ def _parts_read(item) -> list[str]:
     return [part for part in DEFAULT_RUN_PARTS if part in item.fixturenames]
 
 
+def _reads_rehearsal(item) -> bool:
+    return "rehearsal" in item.fixturenames
+
+
 def _reads_default_run(item) -> bool:
     return "default_run" in item.fixturenames or bool(_parts_read(item))
 
@@ -309,7 +313,7 @@ def _place(item) -> int:
     part of it); 2: the rehearsal's; 3: the other tests on a SLURM cluster."""
     if item.get_closest_marker("slurm") is None:
         return 1 if _reads_default_run(item) else 0
-    return 2 if "rehearsal" in item.fixturenames else 3
+    return 2 if _reads_rehearsal(item) else 3
 
 
 @pytest.hookimpl(trylast=True)
@@ -331,8 +335,8 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in chosen]
         # Deselected here (the terminal's count and progress are this process's tests).
         config.hook.pytest_deselected(items=second)
-        rehearsal = any("rehearsal" in item.fixturenames for item in items)
-        SECOND_STREAM.start(config, second, yielding=rehearsal)
+        yielding = any(map(_reads_rehearsal, items)) and default_run_executor() == "local"
+        SECOND_STREAM.start(config, second, yielding=yielding)
 
 
 # Where the session holds the background runs, the tests that read neither run would be one
@@ -359,7 +363,7 @@ def second_stream_items(items) -> list:
         raise pytest.UsageError(f"APERTUS_TEST_STREAMS={streams!r}: use 1 or 2")
     if os.environ.get(SECOND_STREAM_ENV) or streams == "1":
         return []
-    background = any(_reads_default_run(item) or "rehearsal" in item.fixturenames for item in items)
+    background = any(_reads_default_run(item) or _reads_rehearsal(item) for item in items)
     if not background and streams != "2":
         return []
     return [
@@ -380,8 +384,7 @@ class SecondStream:
         self.count = 0
 
     def start(self, config, items, yielding: bool) -> None:
-        """`yielding`: the rehearsal is selected, and the tests yield the CPU to the runs
-        (`TESTS_NICE`)."""
+        """`yielding`: the tests yield the CPU to the runs (`TESTS_NICE`, as `_tests_yield`)."""
         import tempfile
 
         scratch = Path(tempfile.mkdtemp(prefix="apertus-second-stream-"))
@@ -401,7 +404,7 @@ class SecondStream:
                 env={**os.environ, SECOND_STREAM_ENV: "second"},
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=(lambda: os.nice(TESTS_NICE)) if yielding else None,
+                preexec_fn=(lambda: _nice_to(TESTS_NICE)) if yielding else None,
             )
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -414,11 +417,7 @@ class SecondStream:
         signal) counts as a failed test of this session."""
         if self.proc is None:
             return
-        while self.proc.poll() is None:
-            try:
-                self.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                continue
+        self.proc.wait()  # Ctrl-C interrupts it (then `stop`)
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write("\n")
@@ -583,7 +582,7 @@ def rehearsal_run(request, tmp_path_factory):
     started at once in the background, unless the default run uses the local cluster
     (APERTUS_TEST_EXECUTOR=slurm; the rehearsal then starts when its tests do). Stopped at the
     session's end if still running."""
-    if not any("rehearsal" in item.fixturenames for item in request.session.items):
+    if not any(map(_reads_rehearsal, request.session.items)):
         yield None
         return
     from tests.rehearsal.background import Rehearsal
