@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.common import Ratio, format_table, machine, read_json, write_json
@@ -53,19 +54,34 @@ def names(value: str) -> list[str]:
     return chosen
 
 
-def run_one(name: str, quick: bool, logs: Path) -> tuple[list[Ratio], float, str | None]:
-    """Run `python -m bench.<name>`; its ratios, wall time, and an error text if it failed."""
-    result, log = logs / f"{name}.json", logs / f"{name}.log"
-    command = [sys.executable, "-m", f"bench.{name}", "--json", str(result)]
+def run_one(
+    name: str,
+    quick: bool,
+    logs: Path,
+    extra: Sequence[str] = (),
+    label: str | None = None,
+    timeout: float | None = None,
+) -> tuple[list[Ratio], float, str | None]:
+    """Run `python -m bench.<name> [extra...]`; its ratios, wall time, and an error text if it
+    failed. `label` names its log and JSON in `logs` (default: `name`); `timeout` in seconds."""
+    label = label or name
+    result, log = logs / f"{label}.json", logs / f"{label}.log"
+    command = [sys.executable, "-m", f"bench.{name}", "--json", str(result), *extra]
     if quick:
         command.append("--quick")
     start = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            done = subprocess.run(
+                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+            )
+            code = done.returncode
+        except subprocess.TimeoutExpired:
+            code = f"timed out after {timeout:.0f} s"
     seconds = time.perf_counter() - start
-    if done.returncode != 0 or not result.exists():
+    if code != 0 or not result.exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-        return [], seconds, f"{name} failed (exit {done.returncode}); the end of {log}:\n{tail}"
+        return [], seconds, f"{label} failed (exit {code}); the end of {log}:\n{tail}"
     return read_json(result), seconds, None
 
 

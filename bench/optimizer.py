@@ -1,7 +1,8 @@
 """AdEMAMix against AdamW: step time and optimizer-state memory at the same parameter count,
 measured side by side in one run (goal: AdEMAMix at most 1.35x AdamW's step time).
 
-    python -m bench.optimizer [--params N] [--steps N] [--threads N] [--quick] [--json FILE]
+    python -m bench.optimizer [--params N] [--steps N] [--threads N] [--device cpu|cuda]
+        [--quick] [--json FILE]
 
 Both use the multi-tensor (foreach) path; parameters are shaped like a small transformer's
 (square and 3x-wide matrices plus norms) and carry fixed gradients. AdEMAMix keeps three
@@ -19,23 +20,26 @@ from apertus.train.ademamix import AdEMAMix
 from bench.common import Ratio, main
 
 
-def make_params(total: int, seed: int = 0) -> list[torch.nn.Parameter]:
+def make_params(total: int, seed: int = 0, device: str = "cpu") -> list[torch.nn.Parameter]:
     generator = torch.Generator().manual_seed(seed)
     dim = 512
     params, count = [], 0
     while count < total:
         for shape in ((dim, dim), (dim, 3 * dim), (3 * dim, dim), (dim,)):
-            p = torch.nn.Parameter(torch.randn(*shape, generator=generator) * 0.02)
-            p.grad = torch.randn(*shape, generator=generator) * 1e-3
+            p = torch.nn.Parameter((torch.randn(*shape, generator=generator) * 0.02).to(device))
+            p.grad = (torch.randn(*shape, generator=generator) * 1e-3).to(device)
             params.append(p)
             count += p.numel()
     return params
 
 
 def step_time(optimizer: torch.optim.Optimizer, steps: int) -> float:
+    synchronize = torch.cuda.synchronize if torch.cuda.is_initialized() else (lambda: None)
+    synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         optimizer.step()
+    synchronize()
     return (time.perf_counter() - start) / steps
 
 
@@ -61,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3, help="best of N rounds of --steps")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 
 def measure(args: argparse.Namespace) -> list[Ratio]:
@@ -69,7 +74,7 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
     torch.set_num_threads(args.threads)
     optimizers, times, states = {}, {}, {}
     for name, build in OPTIMIZERS.items():
-        params = make_params(args.params)
+        params = make_params(args.params, device=args.device)
         optimizers[name] = build(params)
         optimizers[name].step()  # allocates the state
         states[name] = state_bytes(optimizers[name])
@@ -79,7 +84,7 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
     for _ in range(args.repeat):
         for name, optimizer in optimizers.items():
             times[name].append(step_time(optimizer, args.steps))
-    where = f"{count / 1e6:.1f}M params, {args.threads} thread(s), foreach"
+    where = f"{count / 1e6:.1f}M params, {args.threads} thread(s), foreach, {args.device}"
     return [
         Ratio(
             "AdEMAMix / AdamW step time",

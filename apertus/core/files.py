@@ -90,7 +90,11 @@ def verify_checksums(
     total = sum(f.bytes for f in todo)
     good: dict[str, list[Any]] = {}
     with (
-        Progress(-(-total // _CHUNK), f"verifying {what}", unit="MiB") as progress,
+        # Counted as it is updated, each file in whole MiB rounded up (a total rounded once
+        # would be passed by many small files: "7/1 MiB").
+        Progress(
+            sum(-(-f.bytes // _CHUNK) for f in todo), f"verifying {what}", unit="MiB"
+        ) as progress,
         ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool,
     ):
         # hashlib releases the GIL on large updates: a few files hash in parallel.

@@ -101,7 +101,19 @@ class ContextGroup:
         key = (seq_len, str(device))
         if key not in self._layouts:
             self._layouts[key] = sequence_layout(seq_len, self.degree, self.rank, device)
+            # `gather`'s order too, here in eager code: filled inside a compiled block, the
+            # cache would fail the first graph's guard, and the block would compile again.
+            self._order(seq_len // self.degree, device)
         return self._layouts[key]
+
+    def _order(self, local_len: int, device: torch.device) -> torch.Tensor:
+        import torch
+
+        key = (local_len, str(device))
+        if key not in self._orders:
+            order = _gathered_order(local_len, self.degree)
+            self._orders[key] = torch.tensor(order, dtype=torch.long, device=device)
+        return self._orders[key]
 
     def shard(self, tensor: torch.Tensor, layout: torch.Tensor) -> torch.Tensor:
         """This rank's tokens of a [B, L, ...] tensor of whole sequences."""
@@ -110,14 +122,9 @@ class ContextGroup:
     def gather(self, local: torch.Tensor) -> torch.Tensor:
         """[B, H, L/c, D] of every rank -> [B, H, L, D] of the whole sequence, in sequence
         order; differentiable (the backward reduce-scatters the gradient to its owners)."""
-        import torch
         import torch.distributed._functional_collectives as funcol
 
         gathered = funcol.all_gather_tensor_autograd(
             local.contiguous(), gather_dim=2, group=self.group
         )
-        key = (local.shape[2], str(local.device))
-        if key not in self._orders:
-            order = _gathered_order(local.shape[2], self.degree)
-            self._orders[key] = torch.tensor(order, dtype=torch.long, device=local.device)
-        return gathered.index_select(2, self._orders[key])
+        return gathered.index_select(2, self._order(local.shape[2], local.device))

@@ -149,6 +149,7 @@ class QRPOConfig(Config, key="posttrain.qrpo"):
     seed: int
     device: str
     dtype: str
+    compile: bool
     checkpoint_interval: int
     nproc: int
     nnodes: int
@@ -434,6 +435,7 @@ def qrpo_run_spec(cfg: QRPOConfig, data_dir: Path, sft: dict[str, Any]) -> RunSp
         goldfish=GoldfishSpec(enabled=False),
         seed=cfg.seed,
         dtype=cfg.dtype,
+        compile=cfg.compile,
         device=cfg.device,
         tensor_parallel=cfg.tensor_parallel,
         activation_checkpoint=cfg.activation_checkpoint,

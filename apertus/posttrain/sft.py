@@ -52,6 +52,7 @@ class SFTTrainingConfig(Config, key="posttrain.sft"):
     nnodes: int
     activation_checkpoint: str
     dtype: str
+    compile: bool
     seed: int
     wandb: WandbSpec
     """Weights & Biases tracking of the run, as `pretrain.wandb` for the pretraining stages."""
@@ -87,6 +88,7 @@ def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]
         goldfish=GoldfishSpec(enabled=False),
         seed=cfg.seed,
         dtype=cfg.dtype,
+        compile=cfg.compile,
         activation_checkpoint=cfg.activation_checkpoint,
         tensorboard=True,
         wandb=cfg.wandb,

@@ -4,14 +4,16 @@ A rehearsal (config/rehearsal/<preset>.yaml, merged after config/presets/<preset
 preset's recipe at toy size on local stand-ins. It may change
 
 * sizes (`SIZE_KEYS`): model flavor and shapes, token budgets, step counts, batch sizes, sequence
-  and long-context lengths, nodes and processes, device, dtype and compilation, job resources,
-  shard counts, sample counts and limits;
+  and long-context lengths, nodes and processes, device, job resources, shard counts, sample
+  counts and limits;
 * locations (`LOCATION_KEYS`): where the run writes and whether it may download, and where each
   input comes from (`INPUT_KEYS`: Hub data, tokenizer, GlotLID, XLM-R, heads, reward model,
   judge, instruction data, lm-eval data), each input then a stand-in under ``rehearsal-inputs/``.
 
 Anything else (a filter threshold, a mixture weight, Goldfish's k, AdEMAMix's betas, a source or
-phase added or dropped) would rehearse another recipe. The two configurations are compared
+phase added or dropped, a dtype or torch.compile turned off) would rehearse another recipe. The
+device is a size: what a CPU device changes in the code, with no key of its own, is
+`DEVICE_DIFFERENCES`. The two configurations are compared
 merged as Snakemake merges them (`apertus.core.config.load_config`: config/config.yaml, the
 preset, the overlay; defaults filled), mappings key by key and lists of named entries (sources,
 phases, long-context stages, evaluation tasks) entry by entry, by name.
@@ -61,8 +63,6 @@ SIZE_KEYS = (
     "pretrain.nproc",
     "pretrain.nnodes",
     "pretrain.tensor_parallel",
-    "pretrain.dtype",
-    "pretrain.compile",
     "pretrain.device",
     "pretrain.long_context[].seq_len",
     "pretrain.long_context[].global_batch",
@@ -71,7 +71,6 @@ SIZE_KEYS = (
     "pretrain.long_context[].nnodes",
     "pretrain.long_context[].context_parallel",
     # export
-    "export.dtype",
     "export.max_shard_size",
     # posttrain: conversation counts, lengths, batches, samples, layout, device
     "posttrain.instructions.qrpo",
@@ -82,21 +81,16 @@ SIZE_KEYS = (
     "posttrain.sft.micro_batch",
     "posttrain.sft.nproc",
     "posttrain.sft.nnodes",
-    "posttrain.sft.dtype",
     "posttrain.sft.checkpoint_interval",
     "posttrain.qrpo_data.max_new_tokens",
     "posttrain.qrpo_data.shards",
-    "posttrain.qrpo_data.dtype",
     "posttrain.qrpo_data.device",
-    "posttrain.qrpo_data.reward.dtype",
     "posttrain.qrpo_data.reward.device",
-    "posttrain.qrpo_data.rewards_by_category.*.dtype",
     "posttrain.qrpo_data.rewards_by_category.*.device",
     "posttrain.qrpo.batch_size",
     "posttrain.qrpo.micro_batch",
     "posttrain.qrpo.nproc",
     "posttrain.qrpo.nnodes",
-    "posttrain.qrpo.dtype",
     "posttrain.qrpo.device",
     "posttrain.qrpo.checkpoint_interval",
     # evaluate: batches, sample limits, lengths, device
@@ -105,10 +99,18 @@ SIZE_KEYS = (
     "evaluate.*.tasks[].limit",
     "evaluate.*.device",
     "evaluate.*.model_args.parallelize",  # the model over the job's GPUs (layout)
-    "evaluate.*.dtype",
     "evaluate.instruct.metadata.max_seq_lengths",
     "evaluate.memorization.suffix_tokens",
 )
+# What the code does otherwise on a CPU than on the preset's GPUs, for the same keys (the
+# rehearsal overlays name them too).
+DEVICE_DIFFERENCES = {
+    "attention": "SDPA with a dense document mask, not FlexAttention: FlexAttention has no "
+    "backward on CPU (apertus.train.config_registry picks the backend by device)",
+    "kernels": "torch.compile's Inductor writes C++ kernels, not Triton ones",
+    "collectives": "gloo, not NCCL (no PREMUL_SUM: FSDP2 reduces with a plain sum)",
+    "bf16": "emulated: this CPU has no bf16 units, so bf16 runs slower than fp32 here",
+}
 # Where the run writes and whether it downloads.
 LOCATION_KEYS = ("run", "results_dir", "offline", "evaluate.*.offline")
 # Where an input comes from: a changed one must be a stand-in under STANDIN_ROOT.

@@ -33,6 +33,7 @@ _JSONL_NAMES = {
     "loss_mask/goldfish_fraction": "goldfish_fraction",
     "loss_mask/eod_fraction": "eod_fraction",
     "loss_mask/kept_tokens": "kept_tokens",
+    "compile/graphs": "compiled_graphs",
     "time_metrics/end_to_end(s)": "step_time_s",
 }
 
@@ -115,6 +116,15 @@ class WandbLogger(BaseLogger):
         self.run.finish()
         # Ends wandb's service process now rather than at interpreter exit.
         self.wandb.teardown()
+
+
+def compiled_graphs() -> int:
+    """The graphs torch.compile has made in this process so far (Dynamo's count, on every
+    rank): logged each step, so that a count still rising after the first steps shows a
+    recompilation (TORCH_LOGS=recompiles says why)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def read_metrics(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
@@ -259,6 +269,9 @@ class ApertusMetrics(MetricsProcessor):
         extra.update(self._progress(step, global_avg_loss))
         if getattr(self, "global_batch", None) is not None:
             extra["global_batch"] = self.global_batch
+        graphs = compiled_graphs()
+        if graphs:
+            extra["compile/graphs"] = graphs
         counts = self._global_mask_counts()
         if counts is not None:
             extra["loss_mask/goldfish_fraction"] = counts.goldfish_fraction

@@ -304,6 +304,7 @@ def train_and_record(
         last_checkpoint = work / "ckpt" / f"step-{final_step}"
         metrics = read_metrics(work / "out" / "metrics.jsonl")
         last = metrics[max(metrics)]
+        step.summary["numerics"] = numerics(spec, metrics)
         record = {
             "name": name,
             "final_checkpoint": recorded_path(last_checkpoint, output),
@@ -319,6 +320,27 @@ def train_and_record(
     write_run_spec(output / "spec.json", spec.relative_to(output))
     shutil.copyfile(work / "out" / "metrics.jsonl", output / "metrics.jsonl")
     return record
+
+
+def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """What the manifest records of a run's numerics: FSDP2's mixed precision (the parameters
+    and compute in `spec.dtype`, fp32 master weights and gradient reduction: torchtitan's
+    `mixed_precision_reduce` default), whether the blocks were compiled, and the count of
+    compiled graphs at each step where it changed (`compiled_graphs` of metrics.jsonl): one
+    entry at the first step when nothing recompiles; a resumed process counts from zero again."""
+    graphs: dict[str, int] = {}
+    previous = None
+    for number in sorted(metrics):
+        count = metrics[number].get("compiled_graphs")
+        if count is not None and count != previous:
+            graphs[str(number)] = previous = count
+    return {
+        "dtype": spec.dtype,
+        "master_weights": "float32",
+        "gradient_reduction": "float32",
+        "compile": spec.compile,
+        "compiled_graphs": graphs,
+    }
 
 
 def main(argv=None):

@@ -118,6 +118,13 @@ RECIPE_CHANGES = {
         "data", "sources", "wikipedia", "text_template", "{text}"
     ),
     "data.sources[euroblocks]": _drop_source("euroblocks"),
+    # The preset's numerics (issue 43): fp32 or eager would rehearse other code paths.
+    "pretrain.dtype": _set("pretrain.dtype", "float32"),
+    "pretrain.compile": _set("pretrain.compile", False),
+    "posttrain.sft.compile": _set("posttrain.sft.compile", False),
+    "posttrain.qrpo.dtype": _set("posttrain.qrpo.dtype", "float32"),
+    "export.dtype": _set("export.dtype", "float32"),
+    "evaluate.suite.dtype": _set("evaluate.suite.dtype", "float32"),
 }
 # The 70B overlay's: a few of the above, and the 8B values of the keys where the two recipes
 # differ (an overlay copied from the 8B one and not restated).

@@ -66,6 +66,28 @@ def test_training_sft_and_qrpo_ran_one_rank_on_each_of_the_two_nodes(rehearsal, 
         assert step["summary"]["rank_hosts"] == NODES, stage
 
 
+def test_every_training_stage_ran_the_presets_numerics(rehearsal, merged):
+    """bf16 parameters and compute over fp32 master weights and reductions, and torch.compile,
+    in every pretraining stage (the long-context ones with CP), SFT and QRPO (issue 43); the
+    compiled graphs are made at the first step and never again, but for SFT's and QRPO's
+    lengths, which vary and compile once more with dynamic shapes."""
+    stages = [f"pretrain/{p}" for p in merged["pretrain"]["phases"]]
+    stages += [f"pretrain/{s['name']}" for s in merged["pretrain"]["long_context"]]
+    for stage in [*stages, "posttrain/sft", "posttrain/qrpo"]:
+        numerics = _manifest(rehearsal, f"{stage}.manifest.json")["summary"]["numerics"]
+        assert numerics["dtype"] == "bfloat16", stage
+        assert numerics["master_weights"] == numerics["gradient_reduction"] == "float32"
+        assert numerics["compile"] is True, stage
+        graphs = numerics["compiled_graphs"]
+        assert graphs and min(map(int, graphs)) == 1, (stage, graphs)
+        if stage.startswith("pretrain/"):
+            assert len(graphs) == 1, (stage, graphs)  # fixed shapes: no recompilation
+        else:
+            assert max(graphs.values()) <= 2 * graphs["1"], (stage, graphs)
+    export = _manifest(rehearsal, "export/ctx64k.manifest.json")["summary"]
+    assert export["dtype"] == "bfloat16" and export["max_abs_diff"] <= export["tolerance"]
+
+
 def test_the_release_holds_what_the_preset_makes(rehearsal, merged):
     release = rehearsal / "release"
     for model in ("base", "aligned"):

@@ -4,6 +4,7 @@ schedule over the phases, long-context stages from the previous weights, the uni
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from apertus.train.schedule import BatchRamp
 from apertus.train.stage import (
     cooldown_steps,
     final_checkpoint,
+    numerics,
     phase_steps,
     run_spec,
     unigram_entropy,
@@ -191,3 +193,20 @@ def test_the_work_directory_does_not_change_when_the_results_folder_moves(tmp_pa
         assert recorded.phase_dir == "../../tokenize/phases/phase2"
         assert recorded.resolved(root / "pretrain" / "phase2") == spec
     assert names[0] == names[1]
+
+
+def test_the_manifest_records_the_runs_numerics_and_each_change_of_its_compiled_graphs():
+    spec = RunSpec(flavor="debug", micro_batch=1, seq_len=8, global_batch=1, steps=4,
+                   lr=LRSpec(kind="constant", peak=1e-3), dtype="bfloat16", compile=True,
+                   phase_dir="phase")  # fmt: skip
+    metrics = {1: {"compiled_graphs": 2}, 2: {"compiled_graphs": 2}, 3: {"compiled_graphs": 4},
+               4: {"compiled_graphs": 4}}  # fmt: skip
+    assert numerics(spec, metrics) == {
+        "dtype": "bfloat16",
+        "master_weights": "float32",
+        "gradient_reduction": "float32",
+        "compile": True,
+        "compiled_graphs": {"1": 2, "3": 4},  # one recompilation, at step 3
+    }
+    eager = numerics(replace(spec, dtype="float32", compile=False), {1: {"loss": 3.0}})
+    assert eager["compile"] is False and eager["compiled_graphs"] == {}
