@@ -20,6 +20,7 @@ from apertus.core.config import load_config
 from apertus.plan_check import plan_problems
 from apertus.rehearsal import data
 from apertus.rehearsal.overlay import (
+    DEVICE_DIFFERENCES,
     INPUT_KEYS,
     STANDIN_ROOT,
     changes,
@@ -53,6 +54,17 @@ def test_the_real_overlay_changes_only_sizes_and_locations(name):
     for source in preset["data"]["sources"]:
         if source["path"].startswith("hf://"):
             assert f"data.sources[{source['name']}].path" in keys
+
+
+def test_the_overlay_names_what_the_cpu_changes_without_a_key():
+    """The numerics keys are the preset's (`RECIPE_CHANGES` below tries them); what a CPU device
+    changes in the code is named in the 8B overlay's header, each with its reason."""
+    header = "\n".join(line for line in OVERLAY.read_text().splitlines() if line.startswith("#"))
+    words = {"attention": "FlexAttention", "kernels": "Triton", "collectives": "gloo",
+             "bf16": "emulated"}  # fmt: skip
+    assert set(words) == set(DEVICE_DIFFERENCES)
+    for what, word in words.items():
+        assert word in header and word in DEVICE_DIFFERENCES[what], what
 
 
 def _set(path: str, value):
