@@ -22,7 +22,8 @@ Curves are compared as means over windows of 10 steps, from the second half of t
 first steps of two seeds differ by their init alone): the mean absolute difference of the window
 means, bf16 against fp32, over the same figure between the two fp32 seeds, should be <= 1: bf16
 moves the curve less than a change of seed does. The last window's gap is reported beside it,
-without a tolerance: one window is one sample, and two seeds' curves cross now and then. The export is `apertus.export.hf.export_checkpoint` in bfloat16 and
+without a tolerance: one window is one sample, and two seeds' curves cross now and then. The
+export is `apertus.export.hf.export_checkpoint` in bfloat16 and
 `apertus.export.verify.verify_export`, as the export stage runs them: transformers' logits of the
 bf16 folder against our model with the same bf16 weights, on four rows of held-out text.
 """
@@ -185,7 +186,8 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
         Ratio("bf16 - fp32 last-window loss |gap|", bf16_final, seed_final, "loss",
               "fp32 seed - seed",
               note=f"one window of {WINDOW} steps, no tolerance (a single sample: the two fp32 "
-              f"seeds' curves cross now and then); last-window losses: fp32 {window_means(losses['fp32'])[-1]:.4f}, bf16 "
+              f"seeds' curves cross now and then); last-window losses: fp32 "
+              f"{window_means(losses['fp32'])[-1]:.4f}, bf16 "
               f"{window_means(losses['bf16'])[-1]:.4f}, fp32 seed+1 "
               f"{window_means(losses['fp32-seed+1'])[-1]:.4f}"),
         Ratio("bf16 export: max |logit diff|", card["max_abs_diff"], card["tolerance"], "logit",
