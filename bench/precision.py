@@ -178,7 +178,8 @@ def measure(args: argparse.Namespace) -> list[Ratio]:
     where = (
         f"the default's {PHASE}, first {args.steps} of {base.lr.total_steps} steps, "
         f"{base.global_batch} x {base.seq_len} tokens a step; bf16 on {args.device}; "
-        f"windows of {WINDOW} steps from step {args.steps // 2}; curves in {out}"
+        f"windows of {WINDOW} steps from step {args.steps // 2}; curves in "
+        f"{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}"
     )
     return [
         Ratio("bf16 - fp32 loss, mean |gap| (2nd half)", bf16_gap, seed_gap, "loss",
