@@ -330,12 +330,7 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     # Names a bad key before anything runs.
     config = load_config(args.configfile, args.overrides, directory=directory)
     check_plan(config, sources=config_sources(args.configfile, args.overrides, directory))
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        *workflow_arguments(directory, snakemake_args),
-    ]
+    arguments = workflow_arguments(directory, snakemake_args)
     files = [str(Path(f).resolve()) for f in args.configfile]
     if args.overrides:
         text = yaml.safe_dump(merge_overrides(args.overrides), sort_keys=True)
@@ -344,12 +339,48 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, text)
         files.append(str(path))
-    if files:  # after the user's arguments: `--configfile` takes every word that follows
-        command += ["--configfile", *files]
+    if files:
+        # `--configfile` takes every word up to the next option: after the user's arguments,
+        # or before their own `--`, after which every word is a target.
+        at = arguments.index("--") if "--" in arguments else len(arguments)
+        arguments[at:at] = ["--configfile", *files]
+    command = [sys.executable, "-m", "snakemake", *arguments]
     print("apertus run: " + " ".join(command[2:]), file=sys.stderr, flush=True)
-    # Snakemake stops (SIGTERM: it ends its jobs) when this command is killed.
-    preexec = child_dies_with_us(signal.SIGTERM)
-    return subprocess.run(command, cwd=directory, check=False, preexec_fn=preexec).returncode
+    return run_until_stopped(command, directory)
+
+
+def run_until_stopped(command: list[str], cwd: Path) -> int:
+    """Run Snakemake `command`; a SIGTERM, SIGHUP or Ctrl-C of this command reaches it once, as
+    SIGINT: Snakemake then terminates its running jobs (a training job checkpoints, as on a
+    SLURM preemption), releases the results folder's lock and exits. SIGTERM alone would make
+    it wait for its jobs to finish. Snakemake runs in a session of its own, so that a terminal's
+    Ctrl-C is not delivered twice, and gets SIGINT if this process is killed outright."""
+    death = child_dies_with_us(signal.SIGINT)
+
+    def preexec() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job ignores it
+        death()
+
+    proc = subprocess.Popen(command, cwd=cwd, preexec_fn=preexec, start_new_session=True)
+
+    sent = []
+
+    def forward(signum, frame) -> None:
+        del frame
+        if sent:  # once: a second SIGINT would cut Snakemake's clean-up short
+            return
+        sent.append(signum)
+        print(f"apertus run: {signal.Signals(signum).name}: stopping Snakemake and its jobs",
+              file=sys.stderr, flush=True)  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+
+    stops = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {sig: signal.signal(sig, forward) for sig in stops}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run(argv: list[str] | None = None) -> int:

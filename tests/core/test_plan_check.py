@@ -245,3 +245,24 @@ def test_a_heldout_minimum_above_its_maximum_is_refused():
     assert message == (
         "key 'tokenize.heldout.min_documents' is 50: more than tokenize.heldout.max_documents 3"
     )
+
+
+def test_apertus_run_passes_snakemakes_arguments_and_targets_through(monkeypatch, tmp_path):
+    """`apertus run KEY=VALUE -- ARGS [-- TARGETS]`: the overrides' config file goes in before
+    the user's own `--` (after it every word is a target), else after their arguments."""
+    import apertus.cli as cli
+
+    commands = []
+
+    def record(command, cwd):
+        commands.append(command)
+        return 0
+
+    monkeypatch.setattr(cli, "run_until_stopped", record)
+    target = str(tmp_path / "manifest.json")
+    assert cli.run(["run", "pretrain.seq_len=64", "--", "--cores", "1", "--", target]) == 0
+    *_, cores, one, flag, overrides, separator, last = commands[-1]
+    assert [cores, one, flag, separator, last] == ["--cores", "1", "--configfile", "--", target]
+    assert "overrides-" in overrides and overrides.endswith(".yaml")
+    assert cli.run(["run", "pretrain.seq_len=64", "--", "--cores", "1", target]) == 0
+    assert commands[-1][-5:] == ["--cores", "1", target, "--configfile", overrides]

@@ -1,5 +1,7 @@
 """The workflow as a user meets it: dry-run, config errors before any job, lint and format."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -100,3 +102,46 @@ def test_a_second_snakemake_on_a_results_folder_in_use_is_refused_before_any_job
         f"{os.uname().nodename}"
     ) in proc.stderr
     assert not (tmp_path / "default" / "data").exists()  # no job ran
+
+
+def test_a_killed_apertus_run_stops_its_jobs_and_releases_the_results_folder(tmp_path):
+    """`kill` of `apertus run` (what `quickstart.sh run` execs) mid-run: Snakemake is told once,
+    as SIGINT, terminates its running jobs and exits; no process of the run is left and the
+    results folder's lock is free (issue 44). SIGTERM alone would let its jobs run on."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from apertus.core.lifetime import hold_lock
+    from tests.conftest import BIN
+
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [BIN / "apertus", "run", f"results_dir={results}", "--", "--cores", "1"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    logs = results / "default" / "logs" / "data"
+    deadline = time.monotonic() + 300
+    while not (logs.is_dir() and any(logs.glob("filter-*.log"))):  # a filter job has started
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode != 0, out
+    assert "apertus run: SIGTERM: stopping Snakemake and its jobs" in out
+    assert "Terminating processes on user request" in out
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = (Path("/proc") / pid / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if str(results).encode() in cmdline:
+            left.append(cmdline.decode(errors="replace")[:200])
+    assert not left, left
+    fd = hold_lock(results / "default" / ".snakemake.lock", "the test")  # raises if held
+    if fd is not None:
+        os.close(fd)
+    assert not (results / "default" / "data" / "dedup.manifest.json").exists()  # stopped early
