@@ -32,11 +32,14 @@ Stages are run by Snakemake (`snakemake`, see README.md), not by this command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -350,34 +353,41 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
 
 
 def run_until_stopped(command: list[str], cwd: Path) -> int:
-    """Run Snakemake `command`; a SIGTERM, SIGHUP or Ctrl-C of this command reaches it once, as
-    SIGINT: Snakemake then terminates its running jobs (a training job checkpoints, as on a
-    SLURM preemption), releases the results folder's lock and exits. SIGTERM alone would make
-    it wait for its jobs to finish. Snakemake runs in a session of its own, so that a terminal's
-    Ctrl-C is not delivered twice, and gets SIGINT if this process is killed outright."""
-    death = child_dies_with_us(signal.SIGINT)
-
-    def preexec() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job ignores it
-        death()
-
-    proc = subprocess.Popen(command, cwd=cwd, preexec_fn=preexec, start_new_session=True)
-
+    """Run Snakemake `command` in a session of its own; a SIGTERM, SIGHUP or Ctrl-C of this
+    command goes once, as SIGTERM, to that whole process group, as SLURM signals a preempted
+    job: each local job's step stops (a training run saves a checkpoint and stops,
+    `apertus.train.launch`; others end at once), Snakemake finishes with them, releases the
+    results folder's lock and exits (a SIGTERM of Snakemake alone would let its jobs run on).
+    Returns once every process of the group has ended. Snakemake gets SIGTERM if this process
+    is killed outright."""
+    proc = subprocess.Popen(
+        command, cwd=cwd, preexec_fn=child_dies_with_us(signal.SIGTERM), start_new_session=True
+    )
     sent = []
 
     def forward(signum, frame) -> None:
         del frame
-        if sent:  # once: a second SIGINT would cut Snakemake's clean-up short
+        if sent:
             return
         sent.append(signum)
-        print(f"apertus run: {signal.Signals(signum).name}: stopping Snakemake and its jobs",
-              file=sys.stderr, flush=True)  # fmt: skip
-        proc.send_signal(signal.SIGINT)
+        print(f"apertus run: {signal.Signals(signum).name}: stopping Snakemake and its jobs "
+              "(training saves a checkpoint first)", file=sys.stderr, flush=True)  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
 
     stops = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     previous = {sig: signal.signal(sig, forward) for sig in stops}
     try:
-        return proc.wait()
+        code = proc.wait()
+        # A job's step may outlive its shell by a checkpoint's write.
+        deadline = time.monotonic() + 600
+        while sent and time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -105,9 +105,11 @@ def test_a_second_snakemake_on_a_results_folder_in_use_is_refused_before_any_job
 
 
 def test_a_killed_apertus_run_stops_its_jobs_and_releases_the_results_folder(tmp_path):
-    """`kill` of `apertus run` (what `quickstart.sh run` execs) mid-run: Snakemake is told once,
-    as SIGINT, terminates its running jobs and exits; no process of the run is left and the
-    results folder's lock is free (issue 44). SIGTERM alone would let its jobs run on."""
+    """`kill` of `apertus run` (what `quickstart.sh run` execs) mid-run: Snakemake and its jobs
+    get one SIGTERM, as a preempted SLURM job (a training step saves a checkpoint first: tried
+    by hand, bench/RESULTS.md), and it returns once they have ended: no process of the run is
+    left and the results folder's lock is free (issue 44). A SIGTERM of Snakemake alone would
+    let its jobs run on."""
     import os
     import signal
     import subprocess
@@ -131,7 +133,6 @@ def test_a_killed_apertus_run_stops_its_jobs_and_releases_the_results_folder(tmp
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode != 0, out
     assert "apertus run: SIGTERM: stopping Snakemake and its jobs" in out
-    assert "Terminating processes on user request" in out
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
