@@ -352,14 +352,28 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     return run_until_stopped(command, directory)
 
 
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` (Linux /proc; elsewhere none)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = entry.read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            members.append(int(entry.parent.name))
+    return members
+
+
 def run_until_stopped(command: list[str], cwd: Path) -> int:
     """Run Snakemake `command` in a session of its own; a SIGTERM, SIGHUP or Ctrl-C of this
-    command goes once, as SIGTERM, to that whole process group, as SLURM signals a preempted
-    job: each local job's step stops (a training run saves a checkpoint and stops,
-    `apertus.train.launch`; others end at once), Snakemake finishes with them, releases the
-    results folder's lock and exits (a SIGTERM of Snakemake alone would let its jobs run on).
-    Returns once every process of the group has ended. Snakemake gets SIGTERM if this process
-    is killed outright."""
+    command stops it once: its local jobs get SIGTERM, as SLURM signals a preempted job (a
+    training run saves a checkpoint and stops, `apertus.train.launch`; others end at once),
+    Snakemake gets SIGINT (it cancels its SLURM jobs, waits for the local ones, releases the
+    results folder's lock and exits; a SIGTERM would let its jobs run on). Returns once every
+    process of the group has ended. Snakemake gets SIGTERM if this process is killed
+    outright."""
     proc = subprocess.Popen(
         command, cwd=cwd, preexec_fn=child_dies_with_us(signal.SIGTERM), start_new_session=True
     )
@@ -372,8 +386,14 @@ def run_until_stopped(command: list[str], cwd: Path) -> int:
         sent.append(signum)
         print(f"apertus run: {signal.Signals(signum).name}: stopping Snakemake and its jobs "
               "(training saves a checkpoint first)", file=sys.stderr, flush=True)  # fmt: skip
+        # Snakemake gets SIGINT (a SIGTERM would make it wait for its jobs; SIGINT cancels
+        # SLURM jobs, which SLURM then signals as on a preemption), its local jobs SIGTERM.
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGINT)
+        for pid in group_members(proc.pid):
+            if pid != proc.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
 
     stops = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     previous = {sig: signal.signal(sig, forward) for sig in stops}

@@ -105,11 +105,11 @@ def test_a_second_snakemake_on_a_results_folder_in_use_is_refused_before_any_job
 
 
 def test_a_killed_apertus_run_stops_its_jobs_and_releases_the_results_folder(tmp_path):
-    """`kill` of `apertus run` (what `quickstart.sh run` execs) mid-run: Snakemake and its jobs
-    get one SIGTERM, as a preempted SLURM job (a training step saves a checkpoint first: tried
-    by hand, bench/RESULTS.md), and it returns once they have ended: no process of the run is
-    left and the results folder's lock is free (issue 44). A SIGTERM of Snakemake alone would
-    let its jobs run on."""
+    """`kill` of `apertus run` (what `quickstart.sh run` execs) mid-run: its jobs get one
+    SIGTERM, as a preempted SLURM job (a training step saves a checkpoint first: tried by hand,
+    bench/RESULTS.md), Snakemake a SIGINT, and it returns once they have ended: no process of
+    the run is left and the results folder's lock is free (issue 44). A SIGTERM of Snakemake
+    alone would let its jobs run on."""
     import os
     import signal
     import subprocess
