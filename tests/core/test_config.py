@@ -267,8 +267,7 @@ def test_cli_docs_prints_the_reference_and_writes_only_when_asked(capsys, monkey
 def test_cli_run_checks_overrides_before_snakemake_and_passes_them_as_a_file(capsys, monkeypatch):
     started = []
     monkeypatch.setattr(
-        "apertus.cli.subprocess.run",
-        lambda command, **kwargs: started.append(command) or type("P", (), {"returncode": 0}),
+        "apertus.cli.run_until_stopped", lambda command, cwd: started.append(command) or 0
     )
     with pytest.raises(SystemExit) as info:
         cli_main(["run", "pretrain.lr.peek=1e-3", "--", "-n"])
