@@ -65,7 +65,7 @@ from apertus.core.config import (
     render_reference,
 )
 from apertus.core.files import atomic_write_text
-from apertus.core.lifetime import child_dies_with_us
+from apertus.core.lifetime import child_dies_with_us, group_members
 from apertus.core.manifest import code_version, package_versions
 from apertus.plan_check import check_plan
 from apertus.report.rulegraph import update_readme
@@ -350,20 +350,6 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     command = [sys.executable, "-m", "snakemake", *arguments]
     print("apertus run: " + " ".join(command[2:]), file=sys.stderr, flush=True)
     return run_until_stopped(command, directory)
-
-
-def group_members(pgid: int) -> list[int]:
-    """The processes of process group `pgid` (Linux /proc; elsewhere none)."""
-    members = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            stat = entry.read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid:
-            members.append(int(entry.parent.name))
-    return members
 
 
 def run_until_stopped(command: list[str], cwd: Path) -> int:

@@ -141,12 +141,14 @@ def curve_gap(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
 
 def export_and_verify(spec, work: Path, tokenize: Path) -> dict:
     from apertus.export.hf import export_checkpoint
+    from apertus.export.stage import RunRecord
     from apertus.export.verify import verification_batch, verify_export
-    from apertus.model.flavors import flavor
     from apertus.tokenize.tokenizer import load_tokenizer
 
-    model_config = flavor(spec.flavor, **{**spec.model_overrides, "attn_backend": "sdpa"})
     checkpoint = work / "ckpt" / f"step-{spec.steps}"
+    # The model as the export stage reads it from a run's record.
+    record = RunRecord(work.name, checkpoint, spec.flavor, spec.model_overrides, spec.seq_len)
+    model_config = record.model_config()
     folder = work / "export-bf16"
     if not (folder / "config.json").is_file():
         export_checkpoint(

@@ -83,13 +83,30 @@ def die_with_parent(*expected_parent: str, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, ...), or
+    None when there is no such process (or no /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _start_time(pid: int) -> str | None:
     """When process `pid` started (clock ticks since boot), or None when there is no such
     process: with the PID, it names one process (a PID is reused, a start time is not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` (Linux /proc; elsewhere none)."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat_fields(entry.name)
+        if fields and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
 
 
 def mark_workflow_process() -> None:

@@ -268,6 +268,7 @@ def trace_step(
     from apertus.model.parallelize import parallelize_apertus
     from apertus.train import cpu_workarounds
     from apertus.train.ademamix import AdEMAMix, param_groups
+    from apertus.train.run_spec import MASTER_DTYPE, REDUCE_DTYPE
 
     if dist.is_initialized():
         raise RuntimeError("trace_step joins the fake process group; one is already initialised")
@@ -304,9 +305,9 @@ def trace_step(
             model,
             parallel_dims=parallel_dims,
             training=TrainingConfig(
-                dtype="float32",
+                dtype=MASTER_DTYPE,
                 mixed_precision_param=dtype,
-                mixed_precision_reduce="float32",
+                mixed_precision_reduce=REDUCE_DTYPE,
             ),
             parallelism=ParallelismConfig(
                 spmd_backend="partial_dtensor",

@@ -53,7 +53,14 @@ from apertus.train.optimizer import ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
 from apertus.train.qrpo_loader import QRPODataLoader
 from apertus.train.qrpo_loss import QRPOLoss
-from apertus.train.run_spec import SPEC_ENV, RunSpec, load_run_spec, preflight
+from apertus.train.run_spec import (
+    MASTER_DTYPE,
+    REDUCE_DTYPE,
+    SPEC_ENV,
+    RunSpec,
+    load_run_spec,
+    preflight,
+)
 from apertus.train.sft_loader import SFTDataLoader
 from apertus.train.trainer import ApertusTrainer, QRPOTrainer
 
@@ -163,8 +170,9 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
             seq_len=spec.seq_len,
             max_norm=spec.grad_clip,
             steps=spec.steps,
-            dtype="float32",
+            dtype=MASTER_DTYPE,
             mixed_precision_param=spec.dtype,
+            mixed_precision_reduce=REDUCE_DTYPE,
             # Blocker 6 on CPU; on GPU the block masks are built inside the step.
             disable_cuda_graphs=True,
         ),

@@ -98,6 +98,8 @@ from apertus.tokenize.phases import PhaseDataset, read_phase_record
 from apertus.train.schedule import BatchRamp
 
 __all__ = [
+    "MASTER_DTYPE",
+    "REDUCE_DTYPE",
     "SPEC_ENV",
     "AdEMAMixSpec",
     "BatchRampSpec",
@@ -124,6 +126,10 @@ __all__ = [
 
 SPEC_ENV = "APERTUS_TRAIN_SPEC"
 """Names the spec.json torchtitan's trainer runs (the launcher sets it)."""
+MASTER_DTYPE = "float32"
+"""FSDP2's mixed precision: the sharded weights the optimizer steps, whatever `dtype` is."""
+REDUCE_DTYPE = "float32"
+"""... and the dtype the gradients are reduced in; `dtype` is the compute copies'."""
 
 
 def _check(condition: bool, message: str) -> None:

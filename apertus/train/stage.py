@@ -48,6 +48,8 @@ from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.config import PretrainConfig
 from apertus.train.plan import CONTROL_SUFFIX, planned_stage
 from apertus.train.run_spec import (
+    MASTER_DTYPE,
+    REDUCE_DTYPE,
     CheckpointSpec,
     LRSpec,
     RunSpec,
@@ -324,8 +326,8 @@ def train_and_record(
 
 def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     """What the manifest records of a run's numerics: FSDP2's mixed precision (the parameters
-    and compute in `spec.dtype`, fp32 master weights and gradient reduction: torchtitan's
-    `mixed_precision_reduce` default), whether the blocks were compiled, and the count of
+    and compute in `spec.dtype`, master weights and gradient reduction as
+    `apertus.train.config_registry` sets them), whether the blocks were compiled, and the count of
     compiled graphs at each step where it changed (`compiled_graphs` of metrics.jsonl): one
     entry at the first step when nothing recompiles; a resumed process counts from zero again."""
     graphs: dict[str, int] = {}
@@ -336,8 +338,8 @@ def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[st
             graphs[str(number)] = previous = count
     return {
         "dtype": spec.dtype,
-        "master_weights": "float32",
-        "gradient_reduction": "float32",
+        "master_weights": MASTER_DTYPE,
+        "gradient_reduction": REDUCE_DTYPE,
         "compile": spec.compile,
         "compiled_graphs": graphs,
     }
