@@ -250,27 +250,94 @@ def building_directory(target: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(built, ignore_errors=True)
 
 
-def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:
+def read_jsonl(
+    path: str | os.PathLike, max_line_bytes: int | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """The objects of a JSON Lines file with where each comes from (``"PATH, line N"``), blank
-    lines skipped. A missing or unreadable file, a line that is not JSON or not an object is an
-    ApertusError naming the file and line; what an object must hold is the caller's check."""
+    lines skipped. A missing or unreadable file, a line that is not UTF-8, not JSON or not an
+    object is an ApertusError naming the file and line, as is a line over `max_line_bytes`
+    (default `MAX_LINE_BYTES`), which is read past without being kept; what an object must hold
+    is the caller's check."""
     path = Path(path)
+    limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        f = path.open("rb")
     except FileNotFoundError:
         raise ApertusError(f"{path}: not found") from None
-    except UnicodeDecodeError as e:
-        raise ApertusError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise ApertusError(f"{path}: unreadable: {e}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
+    with f:
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ApertusError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise ApertusError(f"{where}: expected a JSON object, got {type(row).__name__}")
-        yield where, row
+            for number, raw in bounded_lines(f, limit):
+                where = f"{path}, line {number}"
+                if isinstance(raw, LongLine):
+                    raise ApertusError(
+                        f"{where}: {format_bytes(raw.size)} long, over the limit of "
+                        f"{format_bytes(limit)} a line may have; split the record, or check "
+                        "that the file is JSON Lines (one object per line)"
+                    )
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ApertusError(
+                        f"{where}: not UTF-8 ({e.reason} at byte {e.start})"
+                    ) from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ApertusError(f"{where}: not valid JSON ({e.msg})") from None
+                if not isinstance(row, dict):
+                    raise ApertusError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                yield where, row
+        except OSError as e:
+            raise ApertusError(f"{path}: unreadable: {e}") from None
+
+
+def format_bytes(n: float) -> str:
+    """A size in the binary unit that keeps it short: ``512 B``, ``40.0 MiB``, ``1.5 TiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+# The longest line a JSON Lines file of hand-made records (SFT conversations, prompts, probes,
+# evaluation items) may have: 16 MiB is a few million tokens, longer than any context window,
+# so a longer line is a broken file (a JSON array on one line, a binary blob), not a record.
+# The corpus readers have their own setting (data.sources[].max_line_bytes).
+MAX_LINE_BYTES = 16 * 2**20
+
+# How much of an over-long line is read at a time while it is skipped.
+_DRAIN_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line over the limit, read past without being kept: its length in bytes."""
+
+    size: int
+
+
+def bounded_lines(stream: IO[bytes], max_bytes: int) -> Iterator[tuple[int, bytes | LongLine]]:
+    """(line number from 1, line with its line end) of each line of a binary stream, or
+    (number, `LongLine`) for a line whose bytes before the line end are more than `max_bytes`:
+    at most ``max_bytes + 1`` bytes of a line are held at once (the rest of a long line is read
+    in 1 MiB pieces and dropped), so one pathological line costs time, never memory."""
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
+    number = 0
+    while line := stream.readline(max_bytes + 1):
+        number += 1
+        if len(line) <= max_bytes or line.endswith(b"\n"):
+            yield number, line
+            continue
+        size = len(line)
+        del line
+        while piece := stream.readline(min(max_bytes, _DRAIN_BYTES)):
+            size += len(piece)
+            if piece.endswith(b"\n"):
+                break
+        yield number, LongLine(size)

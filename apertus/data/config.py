@@ -88,6 +88,7 @@ class Source(Config, key="data.sources[]"):
     conversation_field: str | None
     quality_filter: bool
     limit: int
+    max_line_bytes: int
     shards: int
 
     @property

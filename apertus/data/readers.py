@@ -2,10 +2,10 @@
 
 Every reader maps the source's fields onto the document contract of `apertus.data` (text, id,
 and metadata `source`, `kind`, `url`, `language_hint`). Bad input never crashes the stage and
-is never dropped silently: malformed JSON lines, missing or non-text text fields, non-UTF-8
-bytes, empty files, truncated or corrupt files and compressed files whose codec is not
-installed are skipped and counted per reason in the step's stats, with the first few examples of
-each reason logged with file and line (file and row for Parquet).
+is never dropped silently: malformed JSON lines, lines over `max_line_bytes`, missing or
+non-text text fields, non-UTF-8 bytes, empty files, truncated or corrupt files and compressed
+files whose codec is not installed are skipped and counted per reason in the step's stats, with
+the first few examples of each reason logged with file and line (file and row for Parquet).
 
 A document's text is the record's `text_field`, or, for sources whose records split it over
 several fields (Flan's `inputs` and `targets`, Wikipedia's `title` and `text`, EuroParl's
@@ -42,6 +42,7 @@ from datatrove.pipeline.readers import HuggingFaceDatasetReader, ParquetReader
 from datatrove.pipeline.readers.base import BaseDiskReader
 
 from apertus.core import ApertusError
+from apertus.core.files import LongLine, bounded_lines, format_bytes
 from apertus.data.config import Source, TemplatePieces, parse_text_template
 
 log = logging.getLogger("apertus.data.readers")
@@ -283,7 +284,8 @@ class LineFiles:
 
     def text_lines(self, filepath: str, skip: _Skips):
         """(line number from 1, decoded line) of each line with content, read in binary so one
-        bad line costs one line: non-UTF-8 lines are skipped (`bad_utf8`), a byte-order mark
+        bad line costs one line: a line over the source's `max_line_bytes` is read past without
+        being kept (`line_too_long`), non-UTF-8 lines are skipped (`bad_utf8`), a byte-order mark
         is dropped, a truncated or corrupt stream ends the file with what was read
         (`truncated_file`), a file without content is counted (`empty_file`), and a file whose
         codec is not installed is not read (`unsupported_compression`, logged as an error)."""
@@ -294,9 +296,17 @@ class LineFiles:
             log.error("error: source %s: %s not read: %s", self.source.name, filepath, refusal)
             return
         lines = 0
+        limit = self.source.max_line_bytes
         try:
             with self.data_folder.open(filepath, "rb", compression=compression) as f:
-                for lineno, raw in enumerate(f, start=1):
+                for lineno, raw in bounded_lines(f, limit):
+                    if isinstance(raw, LongLine):
+                        lines += 1
+                        detail = (
+                            f"{format_bytes(raw.size)}, over max_line_bytes ({format_bytes(limit)})"
+                        )
+                        skip("line_too_long", f"{filepath}:{lineno}", detail)
+                        continue
                     # Editors on Windows start a file (and tools that concatenate files, a line)
                     # with a byte-order mark.
                     raw = raw.removeprefix(_UTF8_BOM)

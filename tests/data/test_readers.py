@@ -339,3 +339,46 @@ def test_zstd_jsonl_is_read_when_its_package_is_installed(tmp_path):
     path = tmp_path / "part.jsonl.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress((good(1) + "\n").encode()))
     assert [d.id for d in read(source(path))[0]] == ["d1"]
+
+
+def write_with_long_line(path, long_bytes, *, opener=open):
+    """Good lines d0..d2, one record `long_bytes` long, good lines d3..d5."""
+    with opener(path, "wb") as f:
+        for i in range(3):
+            f.write(good(i).encode() + b"\n")
+        f.write(b'{"id": "huge", "text": "' + b"x" * long_bytes + b'"}\n')
+        for i in range(3, 6):
+            f.write(good(i).encode() + b"\n")
+
+
+@pytest.mark.parametrize(("suffix", "opener"), [("", open), (".gz", gzip.open)])
+def test_a_line_over_max_line_bytes_is_a_counted_skip_read_in_bounded_memory(
+    tmp_path, caplog, suffix, opener
+):
+    import tracemalloc
+
+    path = tmp_path / f"long.jsonl{suffix}"
+    write_with_long_line(path, 50_000_000, opener=opener)  # a 50 MB record
+    limit = 1 << 20
+    reader = make_reader(source(path, max_line_bytes=limit))
+    tracemalloc.start()
+    try:
+        with caplog.at_level("WARNING", logger="apertus.data.readers"):
+            docs = list(reader.run())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [d.id for d in docs] == [f"d{i}" for i in range(6)]
+    assert reader.stats.stats["skipped_line_too_long"].total == 1
+    assert f"{path.name}:4" in caplog.text and "47.7 MiB" in caplog.text
+    assert peak < 2 * limit + (4 << 20), f"reading held {peak / 2**20:.1f} MiB"
+
+
+def test_a_line_of_exactly_max_line_bytes_is_read(tmp_path):
+    record = good(0).encode()
+    path = tmp_path / "edge.jsonl"
+    path.write_bytes(record + b"\n" + record)  # the last line without its line end
+    docs, counters = read(source(path, max_line_bytes=len(record)))
+    assert len(docs) == 2 and "skipped_line_too_long" not in counters
+    _, counters = read(source(path, max_line_bytes=len(record) - 1))
+    assert counters["skipped_line_too_long"] == 2
