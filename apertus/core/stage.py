@@ -26,18 +26,23 @@ and Snakemake removes its partial outputs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import errno
+import hashlib
+import io
 import json
 import logging
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from apertus.core import ApertusError
+from apertus.core.files import format_bytes
 from apertus.core.lifetime import stop_with_workflow
 from apertus.core.manifest import describe_path, write_manifest
 from apertus.core.provenance import check_inputs, run_dir_of_step
@@ -54,6 +59,219 @@ def setup_logging(level: str = "INFO") -> None:
         stream=sys.stderr,
         force=True,
     )
+
+
+# Kept free on the filesystem of a step's log, for its last lines when that filesystem fills up.
+LOG_RESERVE_BYTES = 256 * 1024
+
+
+def fallback_log_dirs() -> list[Path]:
+    """Where a step's log continues when its own filesystem is full, first choice first: the
+    user's cache (on a cluster, shared by the nodes and the login node), the session's runtime
+    folder, the temporary folder. `failure_summary` looks in the same places."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    dirs = [Path(cache) / "apertus" / "logs"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "apertus" / "logs")
+    dirs.append(Path(tempfile.gettempdir()) / f"apertus-{os.getuid()}" / "logs")
+    return dirs
+
+
+def fallback_log_name(log: str | os.PathLike[str]) -> str:
+    """The fallback log's file name for the log at `log`: its name and a hash of its path."""
+    resolved = os.path.realpath(log)
+    digest = hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{Path(resolved).stem}-{digest}.log"
+
+
+def _regular_file(fd: int) -> Path | None:
+    """The path of the regular file open as `fd` (a step's `log:`); None for a terminal, a pipe."""
+    try:
+        if not os.path.isfile(f"/proc/self/fd/{fd}"):
+            return None
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None
+
+
+def _reserve(directory: Path, size: int) -> IO[bytes] | None:
+    """An unnamed file of `size` bytes on the filesystem of `directory` (freed when closed, or
+    when the process ends however it ends), or None where there is no room or no permission."""
+    if size <= 0:
+        return None
+    try:
+        reserve = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (held open: the reserve)
+    except OSError:
+        return None
+    try:
+        try:
+            os.posix_fallocate(reserve.fileno(), 0, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            reserve.write(bytes(size))  # a filesystem without fallocate
+            reserve.flush()
+            os.fsync(reserve.fileno())
+    except OSError:
+        reserve.close()
+        return None
+    return reserve
+
+
+class StepLog(io.TextIOBase):
+    """A step's stderr, its `log:` file, that a full disk cannot silence.
+
+    Written straight to the file descriptor, unbuffered, so nothing is left in a buffer to
+    be flushed out of order later. When a write fails (no space left, quota), the log
+    continues in a fallback log on another filesystem (`fallback_log_dirs`), where the failed
+    write goes too; the step's own log gets a line naming the fallback and, from then on, every
+    line with ``error: `` in it (the step's last word, the resume point), written into the
+    space reserved at the start (`LOG_RESERVE_BYTES`, freed at the first failed write). A
+    write never raises: a failed log must not fail the step, nor print `--- Logging error ---`
+    into the log it cannot write.
+    """
+
+    def __init__(
+        self, fd: int = 2, path: str | os.PathLike[str] | None = None, reserve: bool = True
+    ) -> None:
+        self.fd = fd
+        self.path = Path(path) if path is not None else _regular_file(fd)
+        self._reserve_size = LOG_RESERVE_BYTES if reserve and self.path else 0
+        self._reserve = _reserve(self.path.parent, self._reserve_size) if self.path else None
+        self.fallback_path: Path | None = None
+        self._fallback: IO[str] | None = None
+        self.spilled = False
+        self.dropped = 0  # characters neither log could take
+        self._line = ""  # the unfinished line since the spill, for its `error: ` test
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:
+        return "backslashreplace"
+
+    @property
+    def buffer(self) -> _BinaryLog:
+        return _BinaryLog(self)
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        try:
+            return os.isatty(self.fd)
+        except OSError:
+            return False
+
+    def flush(self) -> None:
+        if self._fallback is not None:
+            with contextlib.suppress(OSError):
+                self._fallback.flush()
+
+    def write(self, text: str) -> int:
+        if not self.spilled:
+            try:
+                self._write_fd(text)
+                return len(text)
+            except OSError as e:
+                self._spill(e)
+        self._to_fallback(text)
+        self._line += text
+        if "\n" in self._line:
+            *lines, self._line = self._line.split("\n")
+            for line in lines:
+                if "error: " in line:
+                    self._to_log(line + "\n")
+        self._line = self._line[-65536:]
+        return len(text)
+
+    def _write_fd(self, text: str) -> None:
+        data = memoryview(text.encode("utf-8", "backslashreplace"))
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def _to_log(self, text: str) -> None:
+        """Write `text` into the log in the reserved space: freed for this write, then taken
+        again less what the write used (and a block's slack), so that neither another process
+        nor a `free_space` report sees it."""
+        if self._reserve is not None:
+            self._reserve.close()
+            self._reserve = None
+        with contextlib.suppress(OSError):  # the fallback has it
+            self._write_fd(text)
+        self._reserve_size = max(0, self._reserve_size - len(text.encode()) - 8192)
+        if self._reserve_size >= 4096 and self.path is not None:
+            self._reserve = _reserve(self.path.parent, self._reserve_size)
+
+    def _to_fallback(self, text: str) -> None:
+        try:
+            if self._fallback is None:
+                raise OSError(errno.ENOENT, "no fallback log")
+            self._fallback.write(text)
+            self._fallback.flush()
+        except OSError:
+            self.dropped += len(text)
+
+    def _spill(self, error: OSError) -> None:
+        self.spilled = True
+        here = f" ({free_space(self.path)})" if self.path else ""
+        name = fallback_log_name(self.path) if self.path else f"step-{os.getpid()}.log"
+        self.fallback_path, self._fallback = _open_fallback(name, self.path)
+        what = _ENVIRONMENT_ERRORS.get(error.errno, error.strerror or str(error))
+        where = self.fallback_path or "nowhere (no fallback log could be opened)"
+        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        self._to_log(
+            f"\n{stamp} apertus: cannot write this log: {what}{here}; it continues in {where}\n"
+        )
+        self._to_fallback(
+            f"{stamp} apertus: continued from {self.path or f'fd {self.fd}'}, which it cannot "
+            f"write: {what}{here}\n"
+        )
+
+
+class _BinaryLog:
+    """`StepLog.buffer`: bytes written through the same log."""
+
+    def __init__(self, log: StepLog) -> None:
+        self.log = log
+
+    def write(self, data: bytes) -> int:
+        self.log.write(bytes(data).decode("utf-8", "backslashreplace"))
+        return len(data)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
+def _open_fallback(name: str, log: Path | None) -> tuple[Path | None, IO[str] | None]:
+    """The first fallback log that opens, one on another filesystem than `log` first."""
+    try:
+        device = os.stat(log.parent).st_dev if log else None
+    except OSError:
+        device = None
+    candidates = fallback_log_dirs()
+
+    def elsewhere(directory: Path) -> bool:
+        for parent in (directory, *directory.parents):
+            try:
+                return os.stat(parent).st_dev != device
+            except OSError:
+                continue
+        return True
+
+    for directory in sorted(candidates, key=lambda d: not elsewhere(d)):
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = directory / name
+            return path, open(path, "a", encoding="utf-8", errors="backslashreplace")
+        except OSError:
+            continue
+    return None, None
 
 
 def parse_config_argument(text: str) -> dict[str, Any]:
@@ -165,8 +383,26 @@ def free_space(path: str | os.PathLike[str]) -> str:
             usage = shutil.disk_usage(candidate)
         except OSError:
             continue
-        return f"{usage.free / 2**20:.0f} MiB free of {usage.total / 2**30:.1f} GiB there"
+        return f"{format_bytes(usage.free)} free of {format_bytes(usage.total)} there"
     return "free space unknown"
+
+
+def _fullest_place() -> str:
+    """Of the places a step writes to (its run folder, its log's folder, the working folder),
+    the one whose filesystem has the least space free: where an ENOSPC without a file name
+    (a write to an open file) most likely came from."""
+    places = [run_dir_of_step(), Path.cwd()]
+    if isinstance(sys.stderr, StepLog) and sys.stderr.path is not None:
+        places.insert(0, sys.stderr.path.parent)
+    free = []
+    for place in places:
+        if place is None:
+            continue
+        try:
+            free.append((shutil.disk_usage(place).free, str(place)))
+        except OSError:
+            continue
+    return min(free)[1] if free else os.getcwd()
 
 
 def environment_error(error: BaseException) -> str | None:
@@ -180,7 +416,7 @@ def environment_error(error: BaseException) -> str | None:
     if not isinstance(error, OSError) or error.errno not in _ENVIRONMENT_ERRORS:
         return None
     what = _ENVIRONMENT_ERRORS[error.errno]
-    where = error.filename if error.filename is not None else os.getcwd()
+    where = error.filename if error.filename is not None else _fullest_place()
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         advice = (
             f"{free_space(where)}; free space (or move results_dir to a larger filesystem) "
@@ -192,29 +428,73 @@ def environment_error(error: BaseException) -> str | None:
     else:
         advice = "check the owner and mode of the path (ls -l), then re-run"
     target = f": {where}" if error.filename is not None else ""
+    if error.filename is None and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        target = f" (the fullest filesystem this step writes to holds {where})"
     said = f" ({error.strerror})" if str(error.strerror).lower() != what else ""
     return f"{what}{target}{said}: {advice}"
 
 
+# What a re-run of the running step resumes from (`set_resume_point`).
+_resume_point: list[str] = []
+
+
+def set_resume_point(where: str) -> None:
+    """Name what a re-run of this step resumes from (a training step's last checkpoint, or
+    that there is none): the step's final `error:` line ends with it."""
+    _resume_point[:] = [where]
+
+
+def _tail(path: Path, size: int = 65536) -> list[str]:
+    with open(path, "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - size))
+        return f.read().decode("utf-8", "replace").splitlines()
+
+
+def _fallback_of(log: Path, since: float) -> Path | None:
+    """The newest fallback log of `log` (`StepLog`) written since `since`, or None."""
+    found = []
+    for directory in fallback_log_dirs():
+        path = directory / fallback_log_name(log)
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        if mtime >= since:
+            found.append((mtime, path))
+    return max(found)[1] if found else None
+
+
 def failure_summary(run_dir: str | os.PathLike[str], since: float) -> list[str]:
-    """After a failed Snakemake run: the last `error:` line of every step log written since
-    `since` (a time.time()), and a warning when the results folder's filesystem is (nearly)
-    full, since a full disk may have cut the logs themselves. For the workflow's `onerror`,
-    whose output reaches the terminal even when the logs' disk cannot take a line more."""
+    """After a failed Snakemake run: the last two `error:` lines of every step log written
+    since `since` (a time.time()), read from its fallback log too when its disk was full
+    (`StepLog`, whose path is then named), and a warning when the results folder's filesystem
+    is (nearly) full, since a full disk may have cut the logs themselves. For the workflow's
+    `onerror`, whose output reaches the terminal even when the logs' disk cannot take a line
+    more."""
     run_dir = Path(run_dir)
     lines = []
     for log in sorted((run_dir / "logs").rglob("*.log")):
         try:
             if log.stat().st_mtime < since:
                 continue
-            with open(log, "rb") as f:
-                f.seek(max(0, log.stat().st_size - 65536))
-                tail = f.read().decode("utf-8", "replace").splitlines()
+            tail = _tail(log)
         except OSError:
             continue
-        errors = [line.strip() for line in tail if "error: " in line]
-        if errors:
-            lines.append(f"{log}: {errors[-1]}")
+        fallback = _fallback_of(log, since)
+        if fallback is not None:
+            with contextlib.suppress(OSError):
+                tail += _tail(fallback)
+        found = [line.strip() for line in tail if "error: " in line]
+        errors = list(dict.fromkeys(reversed(found)))[:2][::-1]  # the last two, distinct
+        for i, error in enumerate(errors):
+            continued = (
+                f" [the disk was full: the log continues in {fallback}]"
+                if fallback is not None and i == len(errors) - 1
+                else ""
+            )
+            lines.append(f"{log}: {error}{continued}")
+        if not errors and fallback is not None:
+            lines.append(f"{log}: cut short (the disk was full); it continues in {fallback}")
     try:
         usage = shutil.disk_usage(run_dir if run_dir.exists() else run_dir.parent)
     except OSError:
@@ -228,18 +508,31 @@ def failure_summary(run_dir: str | os.PathLike[str], since: float) -> list[str]:
     return lines
 
 
+def _final_error(message: str) -> None:
+    """The step's last word, one line on stderr (a `StepLog` keeps it when the disk is full)."""
+    if _resume_point:
+        message += f" (resume point: {_resume_point[0]})"
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+
+
 def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> None:
     """Run a step's `main`; a user-fixable error becomes one 'error:' line and exit code 2, as
     does a failure the machine caused (`environment_error`: disk full, permissions, memory).
+    The line ends with the resume point a training step named (`set_resume_point`). The
+    step's stderr becomes a `StepLog`, which a full disk cannot silence.
 
     Log verbosity comes from APERTUS_LOG_LEVEL (default INFO).
     """
+    if sys.stderr is sys.__stderr__ and sys.stderr is not None:
+        sys.stderr.flush()
+        sys.stderr = StepLog(sys.stderr.fileno())
     setup_logging(os.environ.get("APERTUS_LOG_LEVEL", "INFO"))
     stop_with_workflow()  # no job outlives the Snakemake that started it
     try:
         main(argv)
     except ApertusError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _final_error(str(e))
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -247,5 +540,5 @@ def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = N
         message = environment_error(e)
         if message is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
+        _final_error(message)
         sys.exit(2)

@@ -45,7 +45,7 @@ from pathlib import Path
 from apertus.core import ApertusError
 from apertus.core.files import verify_checksums
 from apertus.core.lifetime import child_dies_with_us
-from apertus.core.stage import free_space
+from apertus.core.stage import free_space, set_resume_point
 from apertus.train.early_stop import STOP_AT_ENV, STOPPED_FILE
 from apertus.train.run_spec import (
     SPEC_ENV,
@@ -524,13 +524,21 @@ def run(
             report = _divergence_report(spec, divergence, steps)
             _say(f"training stopped because it diverged: {divergence} {report}")
             returncode = DIVERGED
-        elif (failure := _machine_failure(tail, work, last)) is not None:
-            _say(f"error: {failure}")
         else:
-            _say(
-                f"training failed (exit code {returncode}); see the output above. "
-                f"Last checkpoint: {last}."
+            # The step's final error line names it (apertus.core.stage.run_main).
+            set_resume_point(
+                f"{last}, the last checkpoint"
+                if steps
+                else "none: no checkpoint was written, a re-run starts training over"
             )
+            failure = _machine_failure(tail, work, last)
+            if failure is not None:
+                _say(f"error: {failure}")
+            else:
+                _say(
+                    f"training failed (exit code {returncode}); see the output above. "
+                    f"Last checkpoint: {last}."
+                )
     if unwritten is not None:
         raise unwritten  # the step fails with it (apertus.core.stage.run_main names it)
     return returncode
