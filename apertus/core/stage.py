@@ -65,6 +65,12 @@ def setup_logging(level: str = "INFO") -> None:
 LOG_RESERVE_BYTES = 256 * 1024
 
 
+def is_error_line(line: str) -> bool:
+    """Whether a log line is an error line: ``error: ...`` as `run_main` ends a failed step,
+    or ``<who>: error: ...`` (the launcher's diagnosis, an error logged by the step)."""
+    return line.lstrip().startswith("error: ") or ": error: " in line
+
+
 def fallback_log_dirs() -> list[Path]:
     """Where a step's log continues when its own filesystem is full, first choice first: the
     user's cache (on a cluster, shared by the nodes and the login node), the session's runtime
@@ -92,6 +98,14 @@ def _regular_file(fd: int) -> Path | None:
         return Path(os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:
         return None
+
+
+def _same_file(fd: int, other: int) -> bool:
+    try:
+        one, two = os.fstat(fd), os.fstat(other)
+    except OSError:
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
 
 
 def _reserve(directory: Path, size: int) -> IO[bytes] | None:
@@ -125,10 +139,10 @@ class StepLog(io.TextIOBase):
     be flushed out of order later. When a write fails (no space left, quota), the log
     continues in a fallback log on another filesystem (`fallback_log_dirs`), where the failed
     write goes too; the step's own log gets a line naming the fallback and, from then on, every
-    line with ``error: `` in it (the step's last word, the resume point), written into the
-    space reserved at the start (`LOG_RESERVE_BYTES`, freed at the first failed write). A
-    write never raises: a failed log must not fail the step, nor print `--- Logging error ---`
-    into the log it cannot write.
+    error line (`is_error_line`: the launcher's diagnosis, the step's last word with its
+    resume point), written into the space reserved at the start (`LOG_RESERVE_BYTES`, freed
+    only for those writes). A write never raises: a failed log must not fail the step, nor
+    print `--- Logging error ---` into the log it cannot write.
     """
 
     def __init__(
@@ -185,7 +199,7 @@ class StepLog(io.TextIOBase):
         if "\n" in self._line:
             *lines, self._line = self._line.split("\n")
             for line in lines:
-                if "error: " in line:
+                if is_error_line(line):
                     self._to_log(line + "\n")
         self._line = self._line[-65536:]
         return len(text)
@@ -484,7 +498,7 @@ def failure_summary(run_dir: str | os.PathLike[str], since: float) -> list[str]:
         if fallback is not None:
             with contextlib.suppress(OSError):
                 tail += _tail(fallback)
-        found = [line.strip() for line in tail if "error: " in line]
+        found = [line.strip() for line in tail if is_error_line(line)]
         errors = list(dict.fromkeys(reversed(found)))[:2][::-1]  # the last two, distinct
         for i, error in enumerate(errors):
             continued = (
@@ -520,13 +534,19 @@ def run_main(main: Callable[[list[str] | None], Any], argv: list[str] | None = N
     """Run a step's `main`; a user-fixable error becomes one 'error:' line and exit code 2, as
     does a failure the machine caused (`environment_error`: disk full, permissions, memory).
     The line ends with the resume point a training step named (`set_resume_point`). The
-    step's stderr becomes a `StepLog`, which a full disk cannot silence.
+    step's stderr becomes a `StepLog`, which a full disk cannot silence, and so does its
+    stdout when both go to the same file (a rule's `> {log} 2>&1`).
 
     Log verbosity comes from APERTUS_LOG_LEVEL (default INFO).
     """
     if sys.stderr is sys.__stderr__ and sys.stderr is not None:
         sys.stderr.flush()
         sys.stderr = StepLog(sys.stderr.fileno())
+        if sys.stdout is sys.__stdout__ and sys.stdout is not None and _same_file(1, 2):
+            # `> {log} 2>&1`: what the step prints (the trainer's output, forwarded by the
+            # launcher) goes on into the same fallback log, in order.
+            sys.stdout.flush()
+            sys.stdout = sys.stderr
     setup_logging(os.environ.get("APERTUS_LOG_LEVEL", "INFO"))
     stop_with_workflow()  # no job outlives the Snakemake that started it
     try:

@@ -132,6 +132,7 @@ FILLING_STEP = textwrap.dedent(
             pass
         for i in range(200):  # the ranks go on logging
             log.info("rank line %d %s", i, "." * 60)
+        print("the trainer's output, forwarded to stdout")
         raise OSError(errno.ENOSPC, "No space left on device", f"{argv[0]}/ckpt/step-30")
 
     run_main(main, sys.argv[1:])
@@ -139,10 +140,11 @@ FILLING_STEP = textwrap.dedent(
 )
 
 
-def run_step(script: Path, out: Path, stderr, cache: Path) -> subprocess.CompletedProcess:
+def run_step(script: Path, out: Path, log, cache: Path) -> subprocess.CompletedProcess:
+    """The step's stdout and stderr both to `log`, as a rule's `> {log} 2>&1`."""
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     return subprocess.run(
-        [sys.executable, str(script), str(out)], stderr=stderr, env=env, timeout=60
+        [sys.executable, str(script), str(out)], stdout=log, stderr=log, env=env, timeout=60
     )
 
 
@@ -197,5 +199,6 @@ def test_on_a_really_full_disk_the_log_ends_with_the_error_and_resume_point(
     assert error.endswith(f"(resume point: {full_tmpfs}/ckpt/step-20 (step 20))")
     assert fallback.read_text().splitlines()[-1] == error
     assert "rank line 199 " in fallback.read_text()
+    assert "the trainer's output, forwarded to stdout\n" in fallback.read_text()
     summary = failure_summary(full_tmpfs, since)
     assert summary[0] == f"{log_path}: {error} [the disk was full: the log continues in {fallback}]"
