@@ -37,6 +37,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -156,7 +157,8 @@ class StepLog(io.TextIOBase):
         self._fallback: IO[str] | None = None
         self.spilled = False
         self.dropped = 0  # characters neither log could take
-        self._line = ""  # the unfinished line since the spill, for its `error: ` test
+        self._line = ""  # the unfinished line since the spill, for `is_error_line`
+        self._lock = threading.RLock()
 
     @property
     def encoding(self) -> str:
@@ -188,6 +190,10 @@ class StepLog(io.TextIOBase):
                 self._fallback.flush()
 
     def write(self, text: str) -> int:
+        with self._lock:
+            return self._write(text)
+
+    def _write(self, text: str) -> int:
         if not self.spilled:
             try:
                 self._write_fd(text)
