@@ -587,7 +587,8 @@ def _read_jsonl(path: Path, check: Callable[[Any, str], dict[str, Any]]) -> list
 
 def read_conversations(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """SFT conversations from a JSONL file; a bad line is an ApertusError naming the file and
-    line, as is a duplicate id or an empty file."""
+    line, as is a line over `apertus.core.files.MAX_LINE_BYTES` (read past, never held
+    whole), a duplicate id or an empty file."""
     return _read_jsonl(Path(path), check_conversation)
 
 
