@@ -20,6 +20,10 @@ defaults filled), without data and without torch, and names every problem by key
 - every GPU job fits its memory (`apertus.sizing.jobs.fit_problems`, where the stage's
   `resources` entry sets `gpu_memory_gb`): the planned peak per GPU of each training, sampling,
   scoring and evaluation job, and an export's host memory against `mem_mb`.
+- every input the config names is there, as its job resolves it (`apertus.plan_inputs`):
+  files and folders, models and tokenizers (offline, Hub ids in the local cache), the reward
+  model a reward's kind needs, lm-eval task names in lm-eval's own index, the restart
+  checkpoint.
 
 `workflow/rules/common.smk` calls it right after the schema's validation (a mistake is a
 WorkflowError before the first job), and `apertus config check` / `apertus run` call it after
@@ -31,11 +35,13 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from apertus.core import ApertusError
 from apertus.core.config import ConfigError, key_path, problems_message
+from apertus.plan_inputs import attempt as _attempt
+from apertus.plan_inputs import input_problems
 
 __all__ = ["check_plan", "plan_problems"]
 
@@ -45,15 +51,27 @@ POSTTRAIN_STAGE_NAMES = ("sft", "qrpo")
 PROBES_SOURCE = "probes"
 
 
-def check_plan(config: Mapping[str, Any], sources: Sequence[str] = ()) -> None:
-    """Raise a ConfigError listing every cross-field problem of the validated `config`."""
-    problems = plan_problems(config)
+def check_plan(
+    config: Mapping[str, Any],
+    sources: Sequence[str] = (),
+    directory: str | os.PathLike[str] | None = None,
+) -> None:
+    """Raise a ConfigError listing every cross-field problem of the validated `config`; its
+    relative paths from `directory` (default: the working directory), where the jobs run."""
+    problems = plan_problems(config, directory=directory)
     if problems:
         raise ConfigError(problems_message(problems, sources))
 
 
-def plan_problems(config: Mapping[str, Any]) -> list[str]:
-    """Every cross-field problem of the validated `config` (defaults filled), one message each."""
+def plan_problems(
+    config: Mapping[str, Any],
+    *,
+    inputs: bool = True,
+    directory: str | os.PathLike[str] | None = None,
+) -> list[str]:
+    """Every cross-field problem of the validated `config` (defaults filled), one message each;
+    with `inputs`, also every input it names that is not there (`apertus.plan_inputs`, relative
+    paths from `directory`)."""
     problems = [
         *_duplicate_names(config),
         *_references(config),
@@ -68,6 +86,8 @@ def plan_problems(config: Mapping[str, Any]) -> list[str]:
         from apertus.sizing.jobs import fit_problems
 
         problems += fit_problems(config)
+    if inputs:  # independent of the others: a missing file hides no arithmetic
+        problems += input_problems(config, directory)
     return list(dict.fromkeys(problems))  # a problem several stages share, once
 
 
@@ -181,16 +201,6 @@ def _references(config: Mapping[str, Any]) -> list[str]:
         path = ["posttrain", "sft_data", "replay", "phase"]
         problems.append(_unknown(path, replay["phase"], phases, what_phases))
     return problems
-
-
-def _attempt(where: str, check, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """`check(*args, **kwargs)`, with an ApertusError or ValueError it raises as a problem
-    prefixed by `where` (a key path)."""
-    try:
-        return check(*args, **kwargs), []
-    except (ApertusError, ValueError) as e:
-        message = str(e)
-        return None, [message if message.startswith(("key ", where)) else f"{where}: {message}"]
 
 
 def _typed_sections(config: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,8 @@
 """Cross-field config checks (apertus.plan_check): each wrong config is refused before any job,
 with a message naming the key path; the default config and the presets pass."""
 
+from pathlib import Path
+
 import pytest
 
 from apertus.cli import main as cli_main
@@ -30,7 +32,29 @@ def one_problem(*overrides):
 )
 def test_default_and_presets_pass(configfile):
     files = [REPO_ROOT / configfile] if configfile else []
-    assert plan_problems(load_config(files)) == []
+    assert plan_problems(load_config(files), inputs=False) == []
+
+
+@pytest.fixture
+def hub_reachable(monkeypatch):
+    """The Hub not forbidden by this process's environment (the jobs inherit it): only the
+    config's `offline` decides."""
+    from huggingface_hub import constants
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.mark.parametrize(
+    "configfile", ["config/presets/apertus-8b.yaml", "config/presets/apertus-70b.yaml"]
+)
+def test_a_preset_asks_for_the_quality_head_it_says_to_provide(hub_reachable, configfile):
+    # `head: models/quality-head.safetensors   # provide: the heads are not distributed here`;
+    # the presets are online, so their Hub ids are taken as they are (no request is made).
+    found = plan_problems(load_config([REPO_ROOT / configfile]))
+    assert len(found) == 1, found
+    assert found[0].startswith("key 'data.quality.head' is 'models/quality-head.safetensors': ")
 
 
 def test_duplicate_source_names_are_refused_naming_both_places():
@@ -266,3 +290,243 @@ def test_apertus_run_passes_snakemakes_arguments_and_targets_through(monkeypatch
     assert "overrides-" in overrides and overrides.endswith(".yaml")
     assert cli.run(["run", "pretrain.seq_len=64", "--", "--cores", "1", target]) == 0
     assert commands[-1][-5:] == ["--cores", "1", target, "--configfile", overrides]
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs (apertus.plan_inputs): every path, Hub id, model, task name and checkpoint the config
+# names is found as its job finds it, or refused naming its key, before any job.
+
+LMEVAL_TASK = """task: {name}
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: /nonexistent/rows.jsonl}}}}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+"""
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    """Empty Hugging Face caches of the test's own (no entry of the machine's counts), a cache
+    of lm-eval names of its own, and inputs to name: a missing path, an empty folder, a plain
+    file, a model folder (config.json and tokenizer files), a folder of text files only, a
+    folder of one lm-eval task (`my_task`) and a corrupt `step-4` checkpoint."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    monkeypatch.setenv("APERTUS_LMEVAL_CACHE", str(tmp_path / "lm-eval-names"))
+    places = {"@MISSING": tmp_path / "nonexistent" / "thing"}
+    places["@EMPTY"] = tmp_path / "empty"
+    places["@EMPTY"].mkdir()
+    places["@FILE"] = tmp_path / "plain.txt"
+    places["@FILE"].write_text("not a model\n")
+    model = places["@MODEL"] = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text("{}\n")
+    texts = places["@TEXTS"] = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "notes.txt").write_text("hello\n")
+    tasks = places["@TASKS"] = tmp_path / "lm-eval-tasks"
+    tasks.mkdir()
+    (tasks / "my_task.yaml").write_text(LMEVAL_TASK.format(name="my_task"))
+    step = tmp_path / "ckpt" / "step-4"
+    step.mkdir(parents=True)
+    (step / ".metadata").write_bytes(b"not a pickle")
+    places["@CKPT"] = step
+    return places
+
+
+def cache_hub_model(cache: str, repo_id: str, files: list[str]) -> None:
+    """`files` of the model `repo_id` in the Hugging Face cache's layout (refs/main names the
+    snapshot), as a download leaves them."""
+    repo = Path(cache) / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    for name in files:
+        (repo / "snapshots" / ("0" * 40) / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "snapshots" / ("0" * 40) / name).write_text("{}\n")
+
+
+def placed(overrides, places):
+    out = []
+    for override in overrides:
+        for mark, path in places.items():
+            override = override.replace(mark, str(path))
+        out.append(override)
+    return out
+
+
+def sources(web_path, reader="jsonl", extra=""):
+    return (
+        f"data.sources=[{{name: web, reader: {reader}, path: '{web_path}', kind: web{extra}}},"
+        " {name: edu, reader: jsonl, path: sample, kind: edu},"
+        " {name: code, reader: jsonl, path: sample, kind: code}]"
+    )
+
+
+JUDGE = "posttrain.qrpo_data.reward={kind: judge, model: '@MODEL'"
+XLMR = "data.quality.backend=xlmr"
+
+# (the key the refusal names, the overrides): each config passes the schema and the cross-field
+# checks, and would fail only when the job that reads the input starts.
+HOSTILE = [
+    ("tokenize.tokenizer.source", ["tokenize.tokenizer.source=@MISSING"]),
+    ("tokenize.tokenizer.source", ["tokenize.tokenizer.source=/x/y"]),
+    ("tokenize.tokenizer.source", ["tokenize.tokenizer.source=swiss-ai/Apertus-8B-2509"]),
+    ("tokenize.tokenizer.source", ["tokenize.tokenizer.source=@EMPTY"]),
+    ("tokenize.tokenizer.source", ["tokenize.tokenizer.source=@FILE"]),
+    ("pretrain.restart.checkpoint", ["pretrain.restart={stage: phase1, checkpoint: '@MISSING'}"]),
+    ("pretrain.restart.checkpoint", ["pretrain.restart={stage: phase2, checkpoint: '@EMPTY'}"]),
+    ("pretrain.restart.checkpoint", ["pretrain.restart={stage: phase1, checkpoint: '@CKPT'}"]),
+    ("data.robots.directory", ["data.robots.directory=@MISSING"]),
+    ("data.language.model_path", ["data.language.model_path=@MISSING"]),
+    ("data.language.model_path", ["data.language.model_path=@EMPTY"]),
+    ("data.language.backend", ["data.language.backend=glotlid"]),
+    ("data.sources[0].path", [sources("@MISSING")]),
+    ("data.sources[0].path", [sources("@TEXTS", extra=", glob: '**/*.jsonl.gz'")]),
+    ("data.sources[0].path", [sources("hf://datasets/HuggingFaceFW/fineweb-edu/data")]),
+    ("data.sources[0].path", [sources("HuggingFaceFW/fineweb-edu", reader="huggingface")]),
+    (
+        "data.sources[3].path",
+        [sources("sample")[:-1] + ", {name: books, reader: jsonl, path: sample, kind: books}]"],
+    ),
+    ("data.quality.labels", ["data.quality.labels=@MISSING"]),
+    ("data.toxicity.labels", ["data.toxicity.labels=@EMPTY"]),
+    ("data.quality.encoder", [XLMR, "data.quality.encoder=@MISSING"]),
+    ("data.quality.encoder", [XLMR]),  # FacebookAI/xlm-roberta-base, not cached, offline
+    ("data.toxicity.encoder", ["data.toxicity.backend=xlmr", "data.toxicity.encoder=@TEXTS"]),
+    ("data.quality.head", [XLMR, "data.quality.encoder=@MODEL", "data.quality.head=@MISSING"]),
+    (
+        "data.toxicity.labels",
+        [
+            "data.toxicity.backend=xlmr",
+            "data.toxicity.encoder=@MODEL",
+            "data.toxicity.labels=hf://datasets/PleIAs/ToxicCommons",
+        ],
+    ),
+    ("evaluate.suite.tasks[1]", ["evaluate.suite.tasks=[{task: apertus_mc}, {task: hellaswag}]"]),
+    ("evaluate.suite.tasks[0]", ["evaluate.suite.tasks=[{task: apertus_mcc}]"]),
+    (
+        "evaluate.suite.tasks[0]",
+        ["evaluate.tasks.mc.languages=[de]", "evaluate.suite.tasks=[{task: apertus_mc_fr}]"],
+    ),
+    (
+        "evaluate.suite.tasks[0]",
+        ["evaluate.suite.include_path=@TASKS", "evaluate.suite.tasks=[{task: my_taks}]"],
+    ),
+    ("evaluate.suite.include_path", ["evaluate.suite.include_path=@MISSING"]),
+    ("evaluate.suite.include_path", ["evaluate.suite.include_path=@FILE"]),
+    ("evaluate.suite.data_home", ["evaluate.suite.data_home=@MISSING"]),
+    ("evaluate.instruct.tasks[0]", ["evaluate.instruct.tasks=[{task: ifevall}]"]),
+    (
+        "evaluate.instruct.include_path",
+        ["evaluate.instruct.include_path=@MISSING", "evaluate.instruct.tasks=[{task: apertus_mc}]"],
+    ),
+    ("posttrain.instructions.source.jsonl", ["posttrain.instructions.source={jsonl: '@MISSING'}"]),
+    ("posttrain.instructions.source.hub", ["posttrain.instructions.source={hub: swiss-ai/sft}"]),
+    ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: judge}"]),
+    ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: reward_model}"]),
+    ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "@MISSING") + "}"]),
+    ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "Qwen/Qwen2.5-32B") + "}"]),
+    ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "@EMPTY") + "}"]),
+    ("posttrain.qrpo_data.reward.rubric_file", [JUDGE + ", rubric_file: '@MISSING'}"]),
+    ("posttrain.qrpo_data.reward.template_file", [JUDGE + ", template_file: '@MISSING'}"]),
+    ("posttrain.qrpo_data.reward.template_file", [JUDGE + ", template_file: '@FILE'}"]),
+    (
+        "posttrain.qrpo_data.rewards_by_category.controversial.model",
+        ["posttrain.qrpo_data.rewards_by_category={controversial: {kind: judge}}"],
+    ),
+    (
+        "posttrain.qrpo_data.rewards_by_category.controversial.rubric_file",
+        [
+            "posttrain.qrpo_data.rewards_by_category={controversial: {kind: judge, "
+            "model: '@MODEL', rubric_file: config/charter/no-such-charter.md}}"
+        ],
+    ),
+    ("release.hub.repo_id", ["release.hub.repo_id=swiss-ai/apertus-tiny"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "overrides"), HOSTILE, ids=[f"{k}-{i}" for i, (k, _) in enumerate(HOSTILE)]
+)
+def test_a_missing_input_is_refused_before_any_job_naming_its_key(inputs, key, overrides):
+    config = load_config((), placed(overrides, inputs))
+    assert plan_problems(config, inputs=False) == []  # only the input is wrong
+    found = plan_problems(config)
+    assert len(found) == 1, found
+    assert found[0].startswith((f"key '{key}' is ", f"{key}: ", f"{key} ")), found[0]
+
+
+GOOD = [
+    ["tokenize.tokenizer.source=@MODEL"],
+    ["data.robots.enabled=false", "data.robots.directory=@MISSING"],
+    ["data.quality.enabled=false", "data.quality.labels=@MISSING"],
+    [XLMR, "data.quality.encoder=@MODEL", "data.quality.head=@FILE"],
+    ["evaluate.suite.include_path=@TASKS", "evaluate.suite.tasks=[{task: my_task}]"],
+    ["evaluate.suite.tasks=[{task: apertus_mc_de}, {task: apertus_ppl}]"],
+    ["posttrain.enabled=false", "posttrain.qrpo_data.reward={kind: judge}"],
+    ["posttrain.instructions.source={jsonl: '@FILE'}"],
+    [JUDGE + ", rubric_file: config/charter/swiss-ai-charter.md}"],
+    ["release.hub.repo_id=swiss-ai/apertus-tiny", "release.hub.dry_run=true"],
+    [sources("@TEXTS", extra=", glob: '*.txt'")],
+]
+
+
+@pytest.mark.parametrize("overrides", GOOD)
+def test_inputs_that_are_there_pass(inputs, overrides):
+    assert plan_problems(load_config((), placed(overrides, inputs))) == []
+
+
+def test_offline_a_hub_id_passes_from_the_cache_and_online_without_a_request(inputs, hub_reachable):
+    from huggingface_hub import constants
+
+    hub_id = "tokenize.tokenizer.source=swiss-ai/Apertus-8B-2509"
+    assert plan_problems(load_config((), ["offline=false", hub_id])) == []
+    cache_hub_model(constants.HF_HUB_CACHE, "swiss-ai/Apertus-8B-2509", ["tokenizer.json"])
+    assert plan_problems(load_config((), [hub_id])) == []
+    # A reward model needs its config.json there; the tokenizer's files are not the model.
+    found = plan_problems(
+        load_config(
+            (), ["posttrain.qrpo_data.reward={kind: reward_model, model: swiss-ai/Apertus-8B-2509}"]
+        )
+    )
+    assert len(found) == 1 and "not in the Hugging Face cache" in found[0]
+
+
+def test_relative_paths_resolve_from_the_jobs_working_directory(inputs, tmp_path):
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text("{}\n")
+    config = load_config((), ["tokenize.tokenizer.source=tok"])
+    assert plan_problems(config, directory=tmp_path) == []
+    assert plan_problems(config, directory=inputs["@EMPTY"])[0].startswith(
+        "key 'tokenize.tokenizer.source' is 'tok': "
+    )
+
+
+def test_lm_eval_names_are_cached_by_the_include_paths_contents(inputs, monkeypatch):
+    import apertus.evaluate.lmeval as lmeval
+    from apertus.plan_inputs import lm_eval_task_names
+
+    folder = str(inputs["@TASKS"])
+    assert "my_task" in lm_eval_task_names(False, folder)
+    built = []
+    real = lmeval.task_manager
+    monkeypatch.setattr(lmeval, "task_manager", lambda *a: built.append(a) or real(*a))
+    assert "my_task" in lm_eval_task_names(False, folder)
+    assert built == []  # read from the cache
+    (inputs["@TASKS"] / "other.yaml").write_text(LMEVAL_TASK.format(name="other_task"))
+    assert "other_task" in lm_eval_task_names(False, folder)
+    assert len(built) == 1  # a changed folder is indexed again
+
+
+def test_cli_check_prints_an_error_line_naming_the_missing_input(inputs, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["config", "check", f"tokenize.tokenizer.source={inputs['@MISSING']}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "key 'tokenize.tokenizer.source' is " in err
