@@ -77,8 +77,7 @@ def input_problems(
     with contextlib.chdir(directory) if directory is not None else contextlib.nullcontext():
         offline = _offline(config)
         problems = [
-            *_source_problems(config["data"], offline),
-            *_data_model_problems(config["data"], offline),
+            *_data_problems(config["data"], offline),
             *_tokenizer_problems(config["tokenize"], offline),
             *_restart_problems(config["pretrain"]),
             *_evaluate_problems(config),
@@ -180,18 +179,23 @@ def _streamed_offline(key: str, value: str, what: str) -> str:
 # --- data ---------------------------------------------------------------------------------------
 
 
-def _source_problems(data: Mapping[str, Any], offline: bool) -> list[str]:
-    """Each source's path as the data jobs read it (`sources_of`): the sample corpus (made by
-    the run) only under one of its names, a local file or folder that exists (a folder's `glob`
-    matching a file), a Hub dataset only online (read streaming)."""
+def _data_problems(data: Mapping[str, Any], offline: bool) -> list[str]:
     from apertus.data.config import DataConfig
-    from apertus.data.make_sample import SAMPLE_SOURCES
-    from apertus.data.steps import local_files, sources_of
 
     try:
         cfg = DataConfig.from_dict(data)
     except (ApertusError, ValueError):
-        return []  # the typed section's own check names it
+        return []  # the typed section's own check names the key
+    return _source_problems(cfg, offline) + _data_model_problems(data, offline)
+
+
+def _source_problems(cfg: Any, offline: bool) -> list[str]:
+    """Each source's path as the data jobs read it (`sources_of`): the sample corpus (made by
+    the run) only under one of its names, a local file or folder that exists (a folder's `glob`
+    matching a file), a Hub dataset only online (read streaming)."""
+    from apertus.data.make_sample import SAMPLE_SOURCES
+    from apertus.data.steps import local_files, sources_of
+
     problems = []
     for i, source in enumerate(cfg.sources):
         where = key_path(["data", "sources", i, "path"])
