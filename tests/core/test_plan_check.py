@@ -530,3 +530,24 @@ def test_cli_check_prints_an_error_line_naming_the_missing_input(inputs, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert "key 'tokenize.tokenizer.source' is " in err
+
+
+def test_with_include_defaults_a_name_is_looked_up_in_lm_evals_builtin_index(
+    inputs, tmp_path, monkeypatch
+):
+    """The built-in index stands in for lm-eval's (14,700 files, seconds to build): a folder
+    holding `hellaswag`, indexed by lm-eval's own TaskIndex."""
+    from lm_eval.tasks import _index as lm_index
+
+    import apertus.evaluate.lmeval as lmeval
+
+    builtin = tmp_path / "builtin"
+    builtin.mkdir()
+    (builtin / "hellaswag.yaml").write_text(LMEVAL_TASK.format(name="hellaswag"))
+    monkeypatch.setattr(lmeval, "builtin_index", lambda: lm_index.TaskIndex.build([builtin]))
+    defaults = "evaluate.suite.include_defaults=true"
+    found = plan_problems(load_config((), [defaults, "evaluate.suite.tasks=[{task: hellaswagg}]"]))
+    assert len(found) == 1 and found[0].startswith("evaluate.suite.tasks[0] is 'hellaswagg'")
+    assert "(did you mean 'hellaswag'?)" in found[0]
+    good = [defaults, "evaluate.suite.tasks=[{task: hellaswag}, {task: apertus_ppl}]"]
+    assert plan_problems(load_config((), good)) == []
