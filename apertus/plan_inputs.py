@@ -140,7 +140,7 @@ def _model_location(key: str, value: str, offline: bool, files: Sequence[str], w
     """A model or tokenizer given as a local folder or a Hub id, as transformers'
     from_pretrained finds it: the folder when there is one (holding one of `files`), else the
     Hub repository (offline: in the cache)."""
-    path = Path(value).expanduser()
+    path = Path(value)  # as the jobs take it: no `~` expansion
     if path.is_dir():
         if not any((path / name).is_file() for name in files):
             return [
@@ -160,7 +160,7 @@ def _model_location(key: str, value: str, offline: bool, files: Sequence[str], w
 
 
 def _local_path(key: str, value: str, what: str, *, folder_ok: bool = True) -> list[str]:
-    path = Path(value).expanduser()
+    path = Path(value)  # as the jobs take it: no `~` expansion
     if path.is_file() or (folder_ok and path.is_dir()):
         return []
     if path.exists():
@@ -342,23 +342,24 @@ def _suite_problems(where: str, options: Any, cfg: Any) -> list[str]:
     from types import SimpleNamespace
 
     from apertus.evaluate.lmeval import data_home_env, include_dirs, missing_packages, unknown_tasks
+    from apertus.evaluate.tasks import MC_GROUP, PPL_GROUP
 
     problems = []
-    if options.include_path is not None:
-        problems += attempt(f"{where}.include_path", include_dirs, None, options.include_path)[1]
     if options.data_home is not None:
         problems += attempt(f"{where}.data_home", data_home_env, options.data_home)[1]
-    if problems:
-        return problems  # the task names may be in the folder that is not there
+    if options.include_path is not None:
+        missing = attempt(f"{where}.include_path", include_dirs, None, options.include_path)[1]
+        if missing:
+            return problems + missing  # the task names may be in the folder that is not there
     entries = list(options.tasks)
     others = [entry.task for entry in entries if not _own_task(entry.task, cfg)]
-    known: set[str] = {entry.task for entry in entries if _own_task(entry.task, cfg)}
+    known = {MC_GROUP, PPL_GROUP, *(entry.task for entry in entries if _own_task(entry.task, cfg))}
     if others and (options.include_defaults or options.include_path is not None):
-        names, problem = attempt(
-            where, lm_eval_task_names, options.include_defaults, options.include_path
-        )
-        problems += problem
-        known |= set(names or ())
+        try:
+            known |= set(lm_eval_task_names(options.include_defaults, options.include_path))
+        except Exception as e:  # the job's TaskManager would fail the same way
+            key = "include_path" if options.include_path is not None else "include_defaults"
+            return [f"{where}.{key}: lm-eval cannot index the tasks ({type(e).__name__}: {e})"]
     # unknown_tasks reads the index's names only (`all_tasks`).
     problems += unknown_tasks(entries, SimpleNamespace(all_tasks=sorted(known)), where)
     return problems + missing_packages(entries, where)
