@@ -204,7 +204,14 @@ def _source_problems(cfg: Any, offline: bool) -> list[str]:
         hub = source.reader == "huggingface" or source.path.startswith("hf://")
         if hub:
             local = source.reader == "huggingface" and Path(source.path).is_dir()
-            if offline and not local:
+            if local:
+                continue
+            if not source.path.startswith("hf://") and not _is_hub_id(source.path):
+                problems.append(
+                    f"key '{where}' is {source.path!r}: {Path(source.path).absolute()} does "
+                    "not exist (nor is it a Hub dataset id, which the huggingface reader takes)"
+                )
+            elif offline:
                 problems.append(_streamed_offline(where, source.path, "the source"))
             continue
         one = dataclasses.replace(cfg, sources=(source,))
@@ -438,16 +445,17 @@ def _instruction_problems(source: Mapping[str, Any] | None, offline: bool) -> li
     if source is None:
         return []
     if "jsonl" in source:
-        return _local_path("posttrain.instructions.source.jsonl", source["jsonl"], "JSONL")
+        where = "posttrain.instructions.source.jsonl"
+        return _local_path(where, source["jsonl"], "conversations JSONL", folder_ok=False)
     name = source.get("hub")
-    if not isinstance(name, str) or Path(name).is_dir() or not offline:
-        return []  # a bad shape: InstructionConfig names it; online: the job downloads it
+    if not isinstance(name, str) or Path(name).is_dir():
+        return []  # a bad shape: InstructionConfig names it
     where = "posttrain.instructions.source.hub"
     if not _is_hub_id(name):
         return [f"key '{where}' is {name!r}: {Path(name).absolute()} does not exist (nor is it "
                 "a Hub id)"]  # fmt: skip
-    if _dataset_cached(name):
-        return []
+    if not offline or _dataset_cached(name):
+        return []  # online: the job downloads it
     return [_offline_hub_message(where, name, "dataset", "dataset")]
 
 

@@ -389,6 +389,7 @@ HOSTILE = [
     ("data.sources[0].path", [sources("@TEXTS", extra=", glob: '**/*.jsonl.gz'")]),
     ("data.sources[0].path", [sources("hf://datasets/HuggingFaceFW/fineweb-edu/data")]),
     ("data.sources[0].path", [sources("HuggingFaceFW/fineweb-edu", reader="huggingface")]),
+    ("data.sources[0].path", ["offline=false", sources("@MISSING", reader="huggingface")]),
     (
         "data.sources[3].path",
         [sources("sample")[:-1] + ", {name: books, reader: jsonl, path: sample, kind: books}]"],
@@ -427,6 +428,11 @@ HOSTILE = [
     ),
     ("posttrain.instructions.source.jsonl", ["posttrain.instructions.source={jsonl: '@MISSING'}"]),
     ("posttrain.instructions.source.hub", ["posttrain.instructions.source={hub: swiss-ai/sft}"]),
+    ("posttrain.instructions.source.jsonl", ["posttrain.instructions.source={jsonl: '@EMPTY'}"]),
+    (
+        "posttrain.instructions.source.hub",
+        ["offline=false", "posttrain.instructions.source={hub: '@MISSING'}"],
+    ),
     ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: judge}"]),
     ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: reward_model}"]),
     ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "@MISSING") + "}"]),
