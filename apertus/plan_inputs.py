@@ -194,7 +194,7 @@ def _source_problems(cfg: Any, offline: bool) -> list[str]:
     the run) only under one of its names, a local file or folder that exists (a folder's `glob`
     matching a file), a Hub dataset only online (read streaming)."""
     from apertus.data.make_sample import SAMPLE_SOURCES
-    from apertus.data.steps import local_files, sources_of
+    from apertus.data.steps import sources_of
 
     problems = []
     for i, source in enumerate(cfg.sources):
@@ -217,13 +217,17 @@ def _source_problems(cfg: Any, offline: bool) -> list[str]:
         one = dataclasses.replace(cfg, sources=(source,))
         found, problem = attempt(where, sources_of, one, None)
         problems += problem
-        if found and Path(source.path).is_dir() and not local_files(found[0]):
-            pattern = source.glob or "**/*"
+        pattern = source.glob or "**/*"  # as local_files reads a folder, to the first file
+        if found and Path(source.path).is_dir() and not _any_file(Path(source.path), pattern):
             problems.append(
                 f"key '{where}' is {source.path!r}: no file under it matches the glob "
                 f"{pattern!r} (data.sources[{i}].glob), so the source reads nothing"
             )
     return problems
+
+
+def _any_file(folder: Path, pattern: str) -> bool:
+    return any(path.is_file() for path in folder.glob(pattern))
 
 
 def _data_model_problems(data: Mapping[str, Any], offline: bool) -> list[str]:

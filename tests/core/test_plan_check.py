@@ -435,6 +435,11 @@ HOSTILE = [
     ),
     ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: judge}"]),
     ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: reward_model}"]),
+    ("posttrain.qrpo_data.reward.model", ["posttrain.qrpo_data.reward={kind: chrf, model: x}"]),
+    (
+        "posttrain.qrpo_data.reward",
+        [JUDGE + ", rubric: be kind, rubric_file: config/charter/swiss-ai-charter.md}"],
+    ),
     ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "@MISSING") + "}"]),
     ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "Qwen/Qwen2.5-32B") + "}"]),
     ("posttrain.qrpo_data.reward.model", [JUDGE.replace("@MODEL", "@EMPTY") + "}"]),
