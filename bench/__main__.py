@@ -9,7 +9,7 @@ Benchmarks (`python -m bench.<name>` runs one alone, with its own options):
   optimizer     AdEMAMix against AdamW, step time and state memory
   data_filter   the data stage's filter chain against datatrove's FineWeb-2-style chain
   tokenization  the tokenization stage against raw `encode_batch`
-  verify_data   the sha256 check of training data against coreutils sha256sum
+  verify_data   block-checked reads, checksum writing, sha256 checks, checkpoint seals
   phase_index   the data phase index: build peak memory, memory held open, size on disk
   pipeline      default pipeline wall time, a no-op re-run, the 70B preset's dry-run
 

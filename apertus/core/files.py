@@ -49,46 +49,25 @@ class Checksummed:
     bytes: int
 
 
-def _stat_key(path: Path) -> list[int]:
-    # ctime changes with every write and every utime(): restoring the mtime cannot hide an edit.
-    st = path.stat()
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
-
-
-def verify_checksums(
-    files: Sequence[Checksummed], what: str, cache: str | os.PathLike | None = None
-) -> dict[str, int]:
+def verify_checksums(files: Sequence[Checksummed], what: str) -> dict[str, int]:
     """Check that every file holds the bytes its record names (size, then SHA-256 of the whole
     file, streamed, a few files at a time), or raise ApertusError naming each file that
-    differs. `cache` (a JSON file, e.g. in a run's work directory) remembers the files found
-    good with their size, mtime, ctime and inode, so a resumed run re-reads only files that
-    changed since. Returns ``{"files", "bytes_hashed", "files_cached"}``."""
-    cache_path = Path(cache) if cache is not None else None
-    known: dict[str, Any] = {}
-    if cache_path is not None and cache_path.is_file():
-        try:
-            known = json.loads(cache_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            known = {}
-        if not isinstance(known, dict):
-            known = {}
+    differs. Nothing is trusted from an earlier check: bit rot changes neither a file's size
+    nor its times (large data that is read in parts is checked per block instead,
+    apertus.core.blocks). Returns ``{"files", "bytes_hashed"}``."""
     bad: list[str] = []
     todo: list[Checksummed] = []
-    cached = 0
     for f in files:
         try:
-            key = _stat_key(f.path)
+            size = f.path.stat().st_size
         except OSError as e:
             bad.append(f"{f.path}: {e.strerror or e}")
             continue
-        if key[0] != f.bytes:
-            bad.append(f"{f.path}: {key[0]} bytes, its record says {f.bytes}")
-        elif known.get(str(f.path.absolute())) == [*key, f.sha256]:
-            cached += 1
+        if size != f.bytes:
+            bad.append(f"{f.path}: {size} bytes, its record says {f.bytes}")
         else:
             todo.append(f)
     total = sum(f.bytes for f in todo)
-    good: dict[str, list[Any]] = {}
     with (
         # Counted as it is updated, each file in whole MiB rounded up (a total rounded once
         # would be passed by many small files: "7/1 MiB").
@@ -99,27 +78,22 @@ def verify_checksums(
     ):
         # hashlib releases the GIL on large updates: a few files hash in parallel.
         def check(f: Checksummed) -> str | None:
-            key = _stat_key(f.path)
             actual = sha256_file(f.path)
             if actual != f.sha256:
                 return f"{f.path}: sha256 {actual}, its record says {f.sha256}"
-            good[str(f.path.absolute())] = [*key, f.sha256]
             return None
 
         for f, problem in zip(todo, pool.map(check, todo), strict=True):
             progress.update(-(-f.bytes // _CHUNK))  # whole MiB, rounded up
             if problem:
                 bad.append(problem)
-    if cache_path is not None and good:
-        kept = {k: v for k, v in known.items() if isinstance(v, list)}
-        atomic_write_json(cache_path, {**kept, **good})
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise ApertusError(
             f"{what}: {bad[0]}{more}: the file is corrupt or was rewritten after it was "
             "recorded; nothing was trained on it. Rebuild it (re-run the step that wrote it)."
         )
-    return {"files": len(files), "bytes_hashed": total, "files_cached": cached}
+    return {"files": len(files), "bytes_hashed": total}
 
 
 # The permissions `open()` gives a new file (0666 less the umask): mkstemp's 0600 is too strict

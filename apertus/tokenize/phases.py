@@ -18,9 +18,11 @@ DocumentTokenizer wrote (one directory per source), never a copy of them.
   its shard files with the sha256 from the source's ``checksums.json`` (of each ``.ds`` file and
   its ``.ds.index``; ``planned`` when the plan reads it), and the index files' sha256. Each
   source's shard directory (``dir``) is recorded relative to the phase's own folder
-  (``../../shards/web``), so a results folder moved or copied whole still reads. Training
-  verifies the files it reads against these before its first step
-  (`PhaseDataset.checksummed_files`).
+  (``../../shards/web``), so a results folder moved or copied whole still reads. Every index
+  file and every shard file (``.ds``, ``.ds.index``) has a block-checksum sidecar
+  (``<file>.crc32``, apertus.core.blocks, written with it): a reader checks each block it reads
+  against it, so a flipped bit is refused before it is used, at any step, without re-hashing the
+  phase on resume; the sha256 stay for audits.
   ``languages`` counts the planned documents and tokens per language, exactly, from the
   language sidecar of each shard file: per source (every language it holds, 0 where nothing
   is planned) and for the phase, each summing to the corresponding ``documents_planned`` and
@@ -106,12 +108,11 @@ from typing import Any
 import numpy as np
 
 from apertus.core import ApertusError
+from apertus.core.blocks import BlockReader, VerifiedNpy, sidecar_path, write_block_checksums
 from apertus.core.files import (
-    Checksummed,
     atomic_write_json,
     recorded_path,
     resolve_recorded,
-    sha256_file,
 )
 from apertus.core.typed import is_integer
 
@@ -406,6 +407,12 @@ class _SourceShards:
             )
         if index_size % _INDEX_DTYPE.itemsize:
             raise ApertusError(f"{index_path}: size is not a whole number of uint64")
+        for checked in (path, index_path):
+            if not sidecar_path(checked).is_file():
+                raise ApertusError(
+                    f"{checked}: no block checksums ({sidecar_path(checked).name}): the shards "
+                    "were written before training checked them per block; re-run tokenize_shards"
+                )
         documents = index_size // _INDEX_DTYPE.itemsize
         if documents >= _UINT32_LIMIT:
             raise ApertusError(f"{path}: {documents} documents, more than uint32 can index")
@@ -836,7 +843,7 @@ def _build(
     for name in INDEX_FILES:
         final = out_dir / name
         os.replace(out_dir / f"{name}.tmp", final)
-        index_files[name] = {"sha256": sha256_file(final), "bytes": final.stat().st_size}
+        index_files[name] = {"sha256": write_block_checksums(final), "bytes": final.stat().st_size}
     (out_dir / LEGACY_INDEX_FILE).unlink(missing_ok=True)
 
     source_records = []
@@ -938,10 +945,11 @@ class PhaseDataset:
     the shards: opening it reads phase.json and maps files, nothing proportional to the phase.
 
     Opening checks what is cheap: the format, every index file's and every planned ``.ds`` /
-    ``.ds.index`` file's size against phase.json. The index files' and the shards' sha256 are
-    checked by whoever reads the documents for training or evaluation, once, with
-    `checksummed_files` (apertus.train.launch before the first step, the memorization count, the
-    SFT replay). Reading a document checks that its row names a document its file holds. Each
+    ``.ds.index`` file's size against phase.json, and that each has its block checksums. Every
+    read is then checked block by block against them (`apertus.core.blocks.BlockReader`; the
+    index through `VerifiedNpy`), so what a reader gets is what was written, whoever reads it
+    (training, the memorization count, the SFT replay). Reading a document checks that its row
+    names a document its file holds. Each
     mismatch raises ApertusError naming the file. `shard_dirs` replaces the recorded directory
     of the sources it names (shards moved since planning); other sources use phase.json's
     ``dir``.
@@ -993,10 +1001,8 @@ class PhaseDataset:
                     f"{path}: {path.stat().st_size} bytes, phase.json records "
                     f"{recorded['bytes']} (modified, or from another build)"
                 )
-            try:
-                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
-            except (ValueError, OSError) as e:
-                raise ApertusError(f"{path}: unreadable phase index file: {e}") from None
+            # Every read checked against its block checksums, written for the recorded bytes.
+            arrays[name] = VerifiedNpy(path, recorded["sha256"])
         self._source = arrays[SOURCE_FILE]
         self._document = arrays[DOCUMENT_FILE]
         self._blocks = arrays[BLOCKS_FILE]
@@ -1021,7 +1027,8 @@ class PhaseDataset:
             for file, record in enumerate(files):
                 if record.get("planned", True):
                     self._check_size(source, file)
-        self._fds: dict[tuple[int, int, bool], int] = {}  # open shard files, least recent first
+        # Open shard files, least recent first.
+        self._readers: dict[tuple[int, int, bool], BlockReader] = {}
 
     @property
     def index_sha256(self) -> str:
@@ -1042,6 +1049,10 @@ class PhaseDataset:
                     f"{p}: {p.stat().st_size} bytes, the phase was planned with {size} "
                     "(truncated or rewritten since planning)"
                 )
+            if not sidecar_path(p).is_file():
+                raise ApertusError(
+                    f"{p}: no block checksums ({sidecar_path(p).name}); re-run tokenize_shards"
+                )
 
     def _locate(self, sources: np.ndarray, documents: np.ndarray) -> np.ndarray:
         """The file of each (source, document number in the source)."""
@@ -1050,42 +1061,6 @@ class PhaseDataset:
             mine = sources == source
             starts = self._file_starts[int(source)]
             files[mine] = np.searchsorted(starts, documents[mine], side="right") - 1
-        return files
-
-    def _referenced_files(self, documents: int | None = None) -> list[tuple[int, int]]:
-        """(source, file) of every shard file the plan's rows (its first `documents`) read:
-        from phase.json for the whole plan, else from the rows, in chunks."""
-        if documents is None:
-            return [
-                (source, file)
-                for source, files in enumerate(self._files)
-                for file, record in enumerate(files)
-                if record.get("planned", True)
-            ]
-        pairs: set[tuple[int, int]] = set()
-        for start in range(0, min(documents, len(self)), _CHUNK):
-            stop = min(start + _CHUNK, documents, len(self))
-            sources = np.asarray(self._source[start:stop], dtype=np.int64)
-            files = self._locate(sources, np.asarray(self._document[start:stop], np.int64))
-            pairs.update(zip(*np.unique(np.stack([sources, files]), axis=1).tolist(), strict=True))
-        return sorted(pairs)
-
-    def checksummed_files(self, documents: int | None = None) -> list[Checksummed]:
-        """The index files and the shard files (``.ds`` and their ``.ds.index``) the plan reads
-        (its first `documents` only, when given), with the sha256 and size phase.json records,
-        for `apertus.core.files.verify_checksums`: training checks them before its first step
-        (apertus.train.launch), as does every other reader of a phase's documents."""
-        files = [
-            Checksummed(self.phase_dir / name, record["sha256"], record["bytes"])
-            for name, record in sorted(self._index_files.items())
-        ]
-        for source, file in self._referenced_files(documents):
-            record = self._files[source][file]
-            path = self._path(source, file)
-            files.append(Checksummed(path, record["sha256"], record["bytes"]))
-            if "index_sha256" in record:
-                index = path.with_name(path.name + ".index")
-                files.append(Checksummed(index, record["index_sha256"], record["documents"] * 8))
         return files
 
     def __len__(self) -> int:
@@ -1098,29 +1073,33 @@ class PhaseDataset:
     def _path(self, source: int, file: int) -> Path:
         return self._dirs[source] / self._files[source][file]["path"]
 
+    def _reader(self, source: int, file: int, index: bool) -> BlockReader:
+        """The open reader of a shard's token file (or, `index`, its .ds.index); at most
+        `_OPEN_FILES` stay open."""
+        key = (source, file, index)
+        reader = self._readers.pop(key, None)  # re-inserted last: least-recent order
+        if reader is None:
+            path, record = self._path(source, file), self._files[source][file]
+            reader = (
+                BlockReader(path.with_name(path.name + ".index"), record.get("index_sha256"))
+                if index
+                else BlockReader(path, record["sha256"])
+            )
+            if len(self._readers) >= _OPEN_FILES:
+                self._readers.pop(next(iter(self._readers))).close()
+        self._readers[key] = reader
+        return reader
+
     def _read(self, source: int, file: int, index: bool, first: int, count: int) -> np.ndarray:
         """`count` items from item `first` of a shard's token file (or, `index`, its .ds.index),
-        read with pread: nothing of the shard stays mapped in the process."""
-        key = (source, file, index)
-        fd = self._fds.pop(key, None)  # re-inserted last: the dict is in least-recent order
-        if fd is None:
-            path = self._path(source, file)
-            fd = os.open(path.with_name(path.name + ".index") if index else path, os.O_RDONLY)
-            if len(self._fds) >= _OPEN_FILES:
-                os.close(self._fds.pop(next(iter(self._fds))))
-        self._fds[key] = fd
+        read with pread and checked block by block (`apertus.core.blocks`): nothing of the
+        shard stays mapped in the process, and no byte is returned unverified."""
         dtype = _INDEX_DTYPE if index else self._dtype
-        data = os.pread(fd, count * dtype.itemsize, first * dtype.itemsize)
-        if len(data) != count * dtype.itemsize:
-            raise ApertusError(
-                f"{self._path(source, file)}: shorter than the phase planned "
-                "(truncated since planning)"
-            )
-        return np.frombuffer(data, dtype=dtype)
+        return self._reader(source, file, index).items(dtype, first, count)
 
     def __del__(self) -> None:
-        for fd in getattr(self, "_fds", {}).values():
-            os.close(fd)
+        for reader in getattr(self, "_readers", {}).values():
+            reader.close()
 
     def _span(self, i: int) -> tuple[int, int, int, int]:
         """(source, file, first token, end token) of the i-th planned document in its file."""
@@ -1163,10 +1142,9 @@ class PhaseDataset:
         for source, file in set(zip(sources.tolist(), files.tolist(), strict=True)):
             mine = (sources == source) & (files == file)
             doc = numbers[mine] - int(self._file_starts[source][file])
-            path = self._path(source, file)
-            index = path.with_name(path.name + ".index")
-            count = self._files[source][file]["documents"]
-            ends = _gather(index, "<u8", count, np.stack([np.maximum(doc - 1, 0), doc]))
+            ends = self._reader(source, file, True).take(
+                _INDEX_DTYPE, np.stack([np.maximum(doc - 1, 0), doc])
+            )
             documents[mine] = doc
             tokens[mine] = ends[1].astype(np.int64) - np.where(doc > 0, ends[0], 0).astype(np.int64)
         return {"source": sources, "file": files, "document": documents, "tokens": tokens}

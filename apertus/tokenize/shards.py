@@ -54,6 +54,7 @@ from datatrove.pipeline.tokens.tokenizer import get_output_filename
 from tokenizers import processors
 
 from apertus.core import ApertusError
+from apertus.core.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, write_block_checksums
 from apertus.core.files import atomic_write_json, atomic_write_text, sha256_file
 from apertus.core.progress import Progress, count_records
 
@@ -64,6 +65,8 @@ CORPUS_SUFFIXES = (".parquet", ".jsonl.gz")
 # Suffixes of datatrove's token files; an unlisted file with one of them in a shard directory is
 # an error, never silently ignored (a loader that globs *.ds would train on it).
 SHARD_SUFFIXES = (".ds", ".ds.index", ".ds.metadata", ".ds.loss")
+# The files the training loader reads, each with a block-checksum sidecar (apertus.core.blocks).
+BLOCK_CHECKED_SUFFIXES = (".ds", ".ds.index")
 # The sidecar naming the language of each document of a .ds file (`document_languages`).
 LANGUAGES_SUFFIX = ".languages.json"
 # Largest vocabulary whose ids fit in uint16 (ids 0..65535); datatrove's own rule
@@ -705,12 +708,23 @@ def write_token_shards(
             "tokenized: documents were lost"
         )
 
+    # The token files and their indexes get block checksums, which the training loader checks
+    # on every read (apertus.core.blocks); the sha256 comes from the same read of each file.
+    digests = {
+        path.name: write_block_checksums(path)
+        for path in sorted(out_dir.iterdir())
+        if path.is_file() and path.name.endswith(BLOCK_CHECKED_SUFFIXES)
+    }
     checksums = {
         "files": {
-            path.name: {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+            path.name: {
+                "sha256": digests.get(path.name) or sha256_file(path),
+                "bytes": path.stat().st_size,
+            }
             for path in sorted(out_dir.iterdir())
             if path.is_file() and path.name != CHECKSUMS_FILE
         },
+        "block_checksums": {"algorithm": "crc32", "block_bytes": BLOCK_BYTES},
         "dtype": dtype.name,
         "vocab_size": vocab_size,
         "documents": documents,
@@ -888,7 +902,13 @@ def verify_shards(shard_dir: Path) -> dict:
             documents, tokens = documents + d, tokens + t
             if name + LANGUAGES_SUFFIX in listed:
                 document_languages(shard_dir / name, d)
-        elif name.endswith((*SHARD_SUFFIXES[1:], ".ds" + LANGUAGES_SUFFIX)):
+        elif name.endswith(
+            (
+                *SHARD_SUFFIXES[1:],
+                ".ds" + LANGUAGES_SUFFIX,
+                *(suffix + SIDECAR_SUFFIX for suffix in BLOCK_CHECKED_SUFFIXES),
+            )
+        ):
             base = name[: name.rindex(".ds") + 3]
             if base not in listed:
                 raise ApertusError(f"{shard_dir / name}: its token file {base} is not listed")

@@ -1,12 +1,14 @@
 """Checkpoints: torchtitan's DCP `CheckpointManager` that refuses to write NaN/inf weights, so no
-checkpoint on disk holds them, can save on demand (the early stop), and resumes from the newest
-checkpoint that loads, setting a corrupt newer one aside. Finite is not sane: weights blowing up
-before the NaN are saved; after a divergence the launcher judges the checkpoints by their losses
-(`apertus.train.launch.checkpoint_health`).
+checkpoint on disk holds them, records the sha256 of every file it wrote (`seal_checkpoint`), can
+save on demand (the early stop), and resumes from the newest checkpoint that loads and whose
+bytes are the recorded ones, setting a corrupt or unsealed newer one aside. Finite is not sane:
+weights blowing up before the NaN are saved; after a divergence the launcher judges the
+checkpoints by their losses (`apertus.train.launch.checkpoint_health`).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,8 @@ from torchtitan.components.checkpoint import MODEL, CheckpointManager
 from torchtitan.components.checkpointer.utils import canonical_fqn
 from torchtitan.tools.logging import logger
 
-from apertus.train.run_spec import resumable_checkpoints
+from apertus.core.files import atomic_write_json, sha256_file
+from apertus.train.run_spec import CHECKPOINT_CHECKSUMS, checkpoint_files, resumable_checkpoints
 
 CORRUPT_FOLDER = "corrupt"
 """Where, inside a checkpoint folder, a resumed run moves the checkpoints it cannot load (a name
@@ -71,23 +74,35 @@ class FiniteCheckpointManager(CheckpointManager):
             assert_finite_parameters(self.states[MODEL].model, f"checkpoint of step {curr_step}")
         saved = super()._save(curr_step, last_step)
         if saved:
+            seal_checkpoint(Path(self._create_checkpoint_id(curr_step)))
             self.saved_step = curr_step
         return saved
 
     def _find_load_step(self, folder: str = "") -> int:
-        """The newest step of `folder` that loads (`run_spec.resumable_checkpoints`), or -1 (then
-        torchtitan starts fresh or from `initial_load_path`). torchtitan's own scan takes the
-        newest ``step-N`` with a ``.metadata`` and fails on it with pickle's error when that
-        file is truncated; here such a checkpoint is moved to ``corrupt/`` with a warning. Every
-        rank scans (and reaches the same step, before or after rank 0 moves the bad ones)."""
-        folder = Path(folder or self.folder)
+        """The newest step of `folder` that loads and whose files match its checksums
+        (`run_spec.resumable_checkpoints`), or -1 (then torchtitan starts fresh or from
+        `initial_load_path`). torchtitan's own scan takes the newest ``step-N`` with a
+        ``.metadata`` and fails on it with pickle's error when that file is truncated, or loads
+        a flipped byte silently; here such a checkpoint is moved to ``corrupt/`` with a warning.
+        Rank 0 scans (hashing each candidate's files) and moves the bad ones; the others wait
+        for its answer, so all load the same step and none reads a folder being moved."""
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        step = self._scan_for_load_step(Path(folder or self.folder)) if rank == 0 else -1
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            shared = [step]
+            dist.broadcast_object_list(shared, src=0)
+            step = shared[0]
+        return step
+
+    @staticmethod
+    def _scan_for_load_step(folder: Path) -> int:
         steps, bad = resumable_checkpoints(folder)
-        if bad and (not dist.is_initialized() or dist.get_rank() == 0):
-            for step_dir, problem in bad.values():
-                aside = set_aside(step_dir)
-                logger.warning(
-                    f"Checkpoint {step_dir} cannot be loaded: {problem}. Moved it to {aside}."
-                )
+        for step_dir, problem in bad.values():
+            aside = set_aside(step_dir)
+            logger.warning(
+                f"Checkpoint {step_dir} cannot be loaded: {problem}. Moved it to {aside}."
+            )
+        if bad:
             logger.warning(
                 f"Resuming from the previous checkpoint, {steps[max(steps)]}."
                 if steps
@@ -107,6 +122,42 @@ class FiniteCheckpointManager(CheckpointManager):
         finally:
             self._forced = False
         self.maybe_wait_for_saving()
+
+
+def seal_checkpoint(step_dir: Path) -> None:
+    """Record the sha256 and size of every file of a checkpoint DCP has just written, in its
+    ``checksums.json`` (`run_spec.CHECKPOINT_CHECKSUMS`), which a resume checks before loading.
+
+    Collective: every rank hashes its share of the files (DCP writes one or more per rank, so
+    each hashes about its own, still in the page cache), rank 0 writes the record, and all wait
+    for it, so a rank that goes on never sees an unsealed checkpoint it saved. A kill before the
+    record is written leaves the checkpoint unsealed: a resume sets it aside and takes the one
+    before."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    begin = time.monotonic()
+    names = checkpoint_files(step_dir) if rank == 0 else []
+    if world > 1:
+        shared = [names]
+        dist.broadcast_object_list(shared, src=0)
+        names = shared[0]
+    mine = {
+        name: {"sha256": sha256_file(step_dir / name), "bytes": (step_dir / name).stat().st_size}
+        for name in names[rank::world]
+    }
+    parts = [mine]
+    if world > 1:
+        parts = [None] * world
+        dist.all_gather_object(parts, mine)
+    if rank == 0:
+        files = {name: entry for part in parts for name, entry in part.items()}
+        atomic_write_json(step_dir / CHECKPOINT_CHECKSUMS, {"files": dict(sorted(files.items()))})
+    if world > 1:
+        dist.barrier()
+    size = sum(entry["bytes"] for entry in mine.values())
+    logger.info(
+        f"Sealed {step_dir.name}: sha256 of {len(names)} file(s) in "
+        f"{time.monotonic() - begin:.2f}s ({size / 2**20:.1f} MiB hashed on this rank)"
+    )
 
 
 def set_aside(step_dir: Path) -> Path:

@@ -87,8 +87,6 @@ STOPPED = 75
 DIVERGED = 3
 STOP_BEFORE_ENV = "APERTUS_STOP_BEFORE_MINUTES"
 """Minutes before a SLURM job's time limit at which training stops (default 10)."""
-VERIFIED_FILE = "verified-data.json"
-"""Beside a run's checkpoint folder: the data files found good, by size, mtime, ctime, inode."""
 
 
 def torchrun_command(
@@ -335,6 +333,16 @@ def _machine_failure(output: Sequence[str], work: Path, last: str) -> str | None
     return None
 
 
+def _rank_refusal(output: Sequence[str]) -> str | None:
+    """The message of the project's own error a rank raised (e.g. the loader's `CorruptBlock`,
+    naming file and block), from the last line of its traceback, or None."""
+    for line in reversed(output):
+        for marker in ("CorruptBlock: ", "ApertusError: "):
+            if marker in line:
+                return line.split(marker, 1)[1].strip()
+    return None
+
+
 # torchtitan's log of each rank (`debug.enable_structured_logging`, on by default), in the
 # metrics folder: its records name the host the rank ran on, as the rank itself saw it.
 STRUCTURED_LOGS = "structured_logs"
@@ -409,18 +417,21 @@ def run(
     checked = preflight(spec, world_size=nproc * nnodes)
     checkpoints = Path(spec.checkpoint.folder).absolute()
     work = checkpoints.parent
-    # Every byte trained on is the one its record names (and the work directory's key hashes
-    # that record): a flipped byte stops the run here, before its first step.
-    verified = verify_checksums(
-        data_files(checked),
-        f"training data {checked.data_dir}",
-        cache=work / VERIFIED_FILE,
-    )
-    _say(
-        f"verified the sha256 of {verified['files']} data file(s) "
-        f"({verified['bytes_hashed'] / 2**20:.1f} MiB read, {verified['files_cached']} "
-        "unchanged since last verified)"
-    )
+    # Every byte trained on is the one its record names. A phase's index and shard files are
+    # checked block by block as the loader reads them (apertus.core.blocks: a flipped bit stops
+    # the run before its batch is used, at any step, with nothing to re-hash on resume); SFT and
+    # QRPO data, which every epoch reads whole, are hashed whole before the first step.
+    if checked.sft is not None:
+        verified = verify_checksums(data_files(checked), f"training data {checked.data_dir}")
+        _say(
+            f"verified the sha256 of {verified['files']} data file(s) "
+            f"({verified['bytes_hashed'] / 2**20:.1f} MiB read)"
+        )
+    else:
+        _say(
+            f"training data {checked.data_dir}: each block of its index and shard files is "
+            "checked against its crc32 as it is read"
+        )
     if spec.wandb.enabled:
         metrics = Path(spec.metrics_folder).absolute()
         where = (
@@ -532,8 +543,11 @@ def run(
                 else "none: no checkpoint was written, a re-run starts training over"
             )
             failure = _machine_failure(tail, work, last)
+            refused = _rank_refusal(tail)
             if failure is not None:
                 _say(f"error: {failure}")
+            elif refused is not None:
+                _say(f"error: {refused} (last checkpoint: {last})")
             else:
                 _say(
                     f"training failed (exit code {returncode}); see the output above. "

@@ -91,10 +91,11 @@ from apertus.core.files import (
     recorded_path,
     resolve_recorded,
     sha256_text,
+    verify_checksums,
 )
 from apertus.core.typed import build, is_integer, is_number
 from apertus.posttrain.sft_data import read_sft_record
-from apertus.tokenize.phases import PhaseDataset, read_phase_record
+from apertus.tokenize.phases import PhaseDataset
 from apertus.train.schedule import BatchRamp
 
 __all__ = [
@@ -643,12 +644,54 @@ def write_run_spec(path: str | os.PathLike[str], spec: RunSpec) -> Path:
 
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+CHECKPOINT_CHECKSUMS = "checksums.json"
+"""In each ``step-N`` checkpoint: the sha256 and size of its every file (DCP's ``.distcp`` files,
+which hold the loader state too, and ``.metadata``), written by the trainer once DCP's save has
+finished (`apertus.train.checkpoint`), checked before anything loads it."""
+
+
+def checkpoint_files(step_dir: Path) -> list[str]:
+    """The files of a ``step-N`` checkpoint its checksums cover (all but the checksums file)."""
+    return sorted(
+        p.relative_to(step_dir).as_posix()
+        for p in step_dir.rglob("*")
+        if p.is_file() and p.name != CHECKPOINT_CHECKSUMS
+    )
+
+
+def checksum_problem(step_dir: Path) -> str | None:
+    """Why the files of `step_dir` are not the ones its checksums.json records (missing: the
+    save did not finish; a file missing, extra, resized, or with another sha256), or None. Hashes
+    every file, a few at a time."""
+    path = step_dir / CHECKPOINT_CHECKSUMS
+    if not path.is_file():
+        return (
+            f"it has no {CHECKPOINT_CHECKSUMS} (its save did not finish, or an older version "
+            "wrote it): its bytes cannot be verified"
+        )
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))["files"]
+        files = [
+            Checksummed(step_dir / name, str(entry["sha256"]), int(entry["bytes"]))
+            for name, entry in sorted(recorded.items())
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return f"its {CHECKPOINT_CHECKSUMS} is unreadable ({type(e).__name__}: {e})"
+    extra = sorted(set(checkpoint_files(step_dir)) - set(recorded))
+    if extra:
+        return f"{extra[0]} is not in its {CHECKPOINT_CHECKSUMS}"
+    try:
+        verify_checksums(files, f"checkpoint {step_dir.name}")
+    except ApertusError as e:
+        return str(e).split(": the file is corrupt")[0]
+    return None
 
 
 def checkpoint_problem(step_dir: str | os.PathLike[str]) -> str | None:
     """Why the DCP checkpoint `step_dir` cannot be loaded (its ``.metadata`` does not unpickle,
-    or a data file it lists is missing or shorter than the bytes it records there), or None.
-    Reads the metadata and stats its files, no tensor data."""
+    a data file it lists is missing or shorter than the bytes it records there, or a file's bytes
+    differ from its checksums.json: `checksum_problem`), or None. Reads the metadata, then hashes
+    every file."""
     from torch.distributed.checkpoint import FileSystemReader
 
     step_dir = Path(step_dir)
@@ -667,7 +710,7 @@ def checkpoint_problem(step_dir: str | os.PathLike[str]) -> str | None:
         size = data.stat().st_size
         if size < end:
             return f"{name} holds {size} bytes, its .metadata records {end}"
-    return None
+    return checksum_problem(step_dir)
 
 
 def _complete_steps(folder: Path) -> dict[int, Path]:
@@ -810,7 +853,9 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     else:
         assert spec.phase_dir is not None
         phase_dir = Path(spec.phase_dir).absolute()
-        record = read_phase_record(phase_dir)
+        # Opening checks what is cheap before any rank starts: the index's and the planned
+        # shards' sizes and block-checksum sidecars (the blocks are checked as they are read).
+        record = PhaseDataset(phase_dir).meta
     tp, cp = spec.tensor_parallel, spec.context_parallel
     if world_size % (tp * cp):
         split = f"tensor_parallel {tp}" + (f" x context_parallel {cp}" if cp > 1 else "")
@@ -871,16 +916,13 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
 
 
 def data_files(checked: Preflight) -> list[Checksummed]:
-    """The files a run reads its data from, with the checksums their record gives: the shard
-    files its phase's plan reads, or the SFT data's arrays."""
-    if checked.sft is not None:
-        assert checked.sft_data is not None
-        return [
-            Checksummed(checked.sft_data / name, entry["sha256"], entry["bytes"])
-            for name, entry in sorted(checked.sft["files"].items())
-        ]
-    assert checked.phase_dir is not None
-    return PhaseDataset(checked.phase_dir).checksummed_files()
+    """The SFT (or QRPO) data's arrays a run reads, with the checksums sft.json gives them (a
+    phase's files need none: its reader checks every block it reads)."""
+    assert checked.sft is not None and checked.sft_data is not None
+    return [
+        Checksummed(checked.sft_data / name, entry["sha256"], entry["bytes"])
+        for name, entry in sorted(checked.sft["files"].items())
+    ]
 
 
 def check_tensor_parallel_shape(spec: RunSpec, tp: int) -> None:

@@ -45,6 +45,7 @@ from apertus.export.verify import (
 from apertus.model.flavors import flavor, num_params
 from apertus.model.state_dict_adapter import hf_key
 from apertus.tokenize.tokenizer import load_tokenizer, train_tokenizer
+from apertus.train.checkpoint import seal_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,6 +105,7 @@ def save_trainer_checkpoint(model: torch.nn.Module, step_dir: Path, **extra_mode
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save(state, checkpoint_id=str(step_dir))
+        seal_checkpoint(step_dir)  # as the trainer's checkpoint manager does
 
 
 def packed_positions(lengths_per_row: list[list[int]]) -> torch.Tensor:

@@ -81,9 +81,12 @@ def save_checkpoint(model: torch.nn.Module, step_dir: Path) -> Path:
     """The model's weights as a DCP checkpoint, keys at the top level (the trainer's layout)."""
     from torch.distributed.checkpoint import save as dcp_save
 
+    from apertus.train.checkpoint import seal_checkpoint
+
     step_dir.mkdir(parents=True)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     dcp_save(state, checkpoint_id=str(step_dir))
+    seal_checkpoint(step_dir)  # as the trainer's checkpoint manager does
     return step_dir
 
 

@@ -323,4 +323,4 @@ def test_replayed_documents_are_rows_of_their_own_with_every_label(
     flipped[3] ^= 0x10
     shard.write_bytes(bytes(flipped))
     message = refused(config, "--replay-phase", str(tmp_path / "p"))
-    assert f"replay data of {tmp_path / 'p'}: {shard}: sha256" in message
+    assert f"{shard}: block 0 (bytes 0-" in message and "has crc32" in message

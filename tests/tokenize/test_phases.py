@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from apertus.core import ApertusError
-from apertus.core.files import verify_checksums
+from apertus.core.blocks import BLOCK_BYTES, SIDECAR_SUFFIX, CorruptBlock, write_block_checksums
 from apertus.tokenize.phases import INDEX_FILES, PhaseDataset, PhaseSpec, build_phase_index
 
 BOS, EOS = 1, 2
@@ -75,6 +75,9 @@ def write_source(
         (directory / name).write_bytes(tokens.tobytes())
         (directory / f"{name}.index").write_bytes(ends.tobytes())
         written = [name, f"{name}.index"]
+        for rel in list(written):  # as write_token_shards does (the loader checks them)
+            write_block_checksums(directory / rel)
+            written.append(rel + SIDECAR_SUFFIX)
         if languages:
             langs = [document_language(source_id, f, d) for d in range(count)]
             codes = sorted(set(langs))
@@ -140,7 +143,8 @@ def test_same_spec_and_shards_give_byte_identical_files(shards, tmp_path, monkey
     monkeypatch.setattr(time, "time", lambda: later)
     build_phase_index(spec, dirs, tmp_path / "b")
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert files == sorted(["phase.json", *INDEX_FILES])  # the work folder is gone
+    # The work folder is gone; each index file has its block checksums.
+    assert files == sorted(["phase.json", *INDEX_FILES, *(n + SIDECAR_SUFFIX for n in INDEX_FILES)])
     for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -345,7 +349,8 @@ def test_index_is_small_and_documents_are_memory_maps_of_the_shards(tmp_path):
     ds = PhaseDataset(tmp_path / "p")
     doc = ds.document(0)
     assert not doc.flags.writeable and not isinstance(doc, np.memmap)  # read, not mapped
-    # Changing a token in place (same size) shows through: nothing was copied at planning time.
+    # Changing a token in place (same size) reaches the reader, which refuses it: nothing was
+    # copied at planning time, and no changed byte is returned.
     file, number = (
         index_arrays(tmp_path / "p")["file"][0],
         index_arrays(tmp_path / "p")["document"][0],
@@ -355,7 +360,8 @@ def test_index_is_small_and_documents_are_memory_maps_of_the_shards(tmp_path):
         f.seek(2 * (start + 1))
         f.write(np.array([4242], dtype="<u2").tobytes())
     assert file == 0
-    assert int(PhaseDataset(tmp_path / "p").document(0)[1]) == 4242
+    with pytest.raises(CorruptBlock, match=r"00000_shard\.ds: block 0 "):
+        PhaseDataset(tmp_path / "p").document(0)
 
 
 # -- reading a phase -----------------------------------------------------------------------------
@@ -482,7 +488,6 @@ def test_a_results_folder_moved_whole_reads_the_same_tokens(tmp_path, monkeypatc
     monkeypatch.chdir(elsewhere.parent)
     moved = PhaseDataset(Path("copy", "tokenize", "phases", "p"))
     assert [d.tolist() for d in moved.iter_documents()] == before
-    assert all(f.path.is_file() for f in moved.checksummed_files())
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -602,32 +607,42 @@ def test_shard_truncated_after_planning_is_named(phase):
         PhaseDataset(phase_dir)
 
 
-def test_shard_rewritten_with_other_boundaries_is_caught_before_reading(phase):
+def test_shard_rewritten_with_other_boundaries_is_refused_when_read(phase):
     phase_dir, record, _ = phase
     index = phase_dir / per_source(record)["web"]["dir"] / "00000_shard.ds.index"
     ends = np.fromfile(index, dtype="<u8")
     ends[:-1] = np.arange(1, len(ends), dtype="<u8")  # same size, other document lengths
     ends.tofile(index)
     ds = PhaseDataset(phase_dir)  # sizes agree: opening is cheap and does not read it
-    with pytest.raises(ApertusError, match=r"00000_shard\.ds\.index"):
-        verify_checksums(ds.checksummed_files(), "phase")
+    with pytest.raises(CorruptBlock, match=r"00000_shard\.ds\.index: block 0 "):
+        list(ds.iter_documents())
+
+
+def read_all(phase_dir):
+    ds = PhaseDataset(phase_dir)
+    return list(ds.iter_documents()), list(ds.packed_sequences(63))
 
 
 @pytest.mark.parametrize("name", INDEX_FILES)
 def test_tampered_index_is_refused(phase, tmp_path, shards, name):
     phase_dir, _, _ = phase
     index = phase_dir / name
-    data = bytearray(index.read_bytes())
+    original = index.read_bytes()
+    data = bytearray(original)
     data[-3] ^= 0xFF
     index.write_bytes(bytes(data))
-    with pytest.raises(ApertusError, match=rf"{name}: sha256 |disagree"):
-        verify_checksums(PhaseDataset(phase_dir).checksummed_files(), "phase")
-    # A valid index from another build is refused too.
+    with pytest.raises(ApertusError, match=rf"{name}: block \d+ .* has crc32 |disagree"):
+        read_all(phase_dir)
+    # A valid index from another build is refused too, with its block checksums or without.
     dirs, _ = shards
     build_phase_index(PhaseSpec("p", 9_000, 22, {"web": 3, "edu": 2}), dirs, tmp_path / "other")
     index.write_bytes((tmp_path / "other" / name).read_bytes())
     with pytest.raises(ApertusError, match=f"{name}|disagree"):
-        verify_checksums(PhaseDataset(phase_dir).checksummed_files(), "phase")
+        read_all(phase_dir)
+    sidecar = phase_dir / (name + SIDECAR_SUFFIX)
+    sidecar.write_bytes((tmp_path / "other" / (name + SIDECAR_SUFFIX)).read_bytes())
+    with pytest.raises(ApertusError, match=f"{name}|disagree"):
+        read_all(phase_dir)
 
 
 # -- the "all" weight: every document of a source exactly once -----------------------------------
@@ -718,7 +733,8 @@ def test_all_weight_is_deterministic_and_independent_of_the_others(planted, tmp_
     build_phase_index(spec, dirs, tmp_path / "a")
     build_phase_index(spec, dirs, tmp_path / "b")
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert files == sorted(["phase.json", *INDEX_FILES])  # the work folder is gone
+    # The work folder is gone; each index file has its block checksums.
+    assert files == sorted(["phase.json", *INDEX_FILES, *(n + SIDECAR_SUFFIX for n in INDEX_FILES)])
     for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     build_phase_index(
@@ -992,8 +1008,11 @@ def test_memory_does_not_grow_with_the_corpus_building_or_reading(tmp_path, monk
 
         opened[files] = _traced_peak(read)
     assert peaks[12] < 1.3 * peaks[3]
-    # Opening 45,000 more documents costs less than a byte each (phase.json lists more files).
-    assert opened[12] - opened[3] < 45_000
+    # Opening 45,000 more documents costs less than a byte each (phase.json lists more files),
+    # besides the last verified block each reader keeps and the copy a read returns: seeking
+    # reads the 9 more files' indexes (40 KB each here; at most BLOCK_BYTES whatever the size).
+    kept = 9 * min(5_000 * 8, BLOCK_BYTES)
+    assert opened[12] - opened[3] < 45_000 + 2 * kept
 
 
 def test_gather_through_small_windows_is_plain_indexing(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """The typed run spec (apertus.train.run_spec): what names a run, and what a run needs before any
 rank starts."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,9 +102,49 @@ def save_checkpoint(folder: Path, step: int) -> Path:
     import torch
     import torch.distributed.checkpoint as dcp
 
+    from apertus.train.checkpoint import seal_checkpoint
+
     target = folder / f"step-{step}"
     dcp.save({"weight": torch.full((64,), float(step))}, checkpoint_id=str(target))
+    seal_checkpoint(target)  # as the trainer's checkpoint manager does after each save
     return target
+
+
+def flip_bit_in_place(path: Path, offset: int) -> None:
+    """One bit changed, size and times kept, as bit rot leaves a file."""
+    import os
+
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x10]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_checkpoint_whose_bytes_differ_from_its_checksums_or_has_none_is_not_resumed(tmp_path):
+    """Bit rot under a tensor (loads fine, wrong numbers), a save killed before its checksums
+    were written, and a stray file: each is named, and resuming takes the step before."""
+    folder = tmp_path / "ckpt"
+    for step in (10, 20, 30, 40):
+        save_checkpoint(folder, step)
+    assert sorted(checkpoint_steps(folder)) == [10, 20, 30, 40]
+    recorded = json.loads((folder / "step-40" / "checksums.json").read_text())["files"]
+    assert sorted(recorded) == sorted(
+        p.name for p in (folder / "step-40").iterdir() if p.name != "checksums.json"
+    )
+    data = next((folder / "step-40").glob("*.distcp"))
+    flip_bit_in_place(data, data.stat().st_size // 2)
+    (folder / "step-30" / "checksums.json").unlink()
+    (folder / "step-20" / "notes.txt").write_text("stray")
+    bad = unloadable_checkpoints(folder)
+    assert sorted(bad) == [20, 30, 40] and sorted(checkpoint_steps(folder)) == [10]
+    assert f"{data}: sha256 " in bad[40][1] and f"its record says {recorded[data.name]['sha256']}"
+    assert "it has no checksums.json (its save did not finish" in bad[30][1]
+    assert "notes.txt is not in its checksums.json" in bad[20][1]
+    with pytest.raises(ApertusError, match=r"step-40 cannot be loaded: .*distcp: sha256"):
+        resolve_initial_checkpoint(folder)
 
 
 def test_a_checkpoint_that_does_not_load_is_not_one_to_resume_from(tmp_path):

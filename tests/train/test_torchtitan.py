@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from apertus.core import ApertusError
+from apertus.core.blocks import BLOCK_BYTES, write_block_checksums
 from apertus.model.flavors import flavor
 from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
 from apertus.tokenize.shards import write_document_languages
@@ -90,6 +91,8 @@ def write_source(directory: Path, n_docs: int, seed: int, *, max_token: int = 67
     write_document_languages(
         directory / "00000_shard.ds", ["de", "en"] * (n_docs // 2) + ["de"] * (n_docs % 2)
     )
+    for name in ("00000_shard.ds", "00000_shard.ds.index"):  # as write_token_shards does
+        write_block_checksums(directory / name)
     listed = {}
     for name in ("00000_shard.ds", "00000_shard.ds.index", "00000_shard.ds.languages.json"):
         data = (directory / name).read_bytes()
@@ -357,30 +360,39 @@ def test_two_process_fsdp_run_matches_one_process(one_process_run, two_process_r
 
 
 @pytest.mark.slow
-def test_a_truncated_last_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+def test_a_flipped_bit_in_the_last_checkpoint_sets_it_aside_and_the_run_resumes_from_the_one_before(
     one_process_run, phase, tmp_path
 ):
-    """The newest checkpoint's .metadata cut short (a node died while the file system wrote
-    it): a rerun does not fail on pickle's "truncated" error but warns, moves that step to
-    ckpt/corrupt/, resumes from the step before and ends with the uninterrupted run's state."""
-    directory = tmp_path / "cut"
+    """One bit of the newest checkpoint's optimizer state changed on disk (AdEMAMix's m2 of the
+    embedding: DCP would load it without a word and spread it into every weight): its file no
+    longer matches the sha256 the save recorded, so a rerun warns, moves that step to
+    ckpt/corrupt/, resumes from the step before and ends with the uninterrupted run's state.
+    (A truncated .metadata takes the same path: tests/train/test_run_spec.py.)"""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    directory = tmp_path / "rot"
     for step in (20, 30):
         shutil.copytree(
             one_process_run[0] / "ckpt" / f"step-{step}", directory / "ckpt" / f"step-{step}"
         )
-    metadata = directory / "ckpt" / "step-30" / ".metadata"
-    cut = metadata.read_bytes()[:64]
-    metadata.write_bytes(cut)
+    step_dir = directory / "ckpt" / "step-30"
+    storage = FileSystemReader(str(step_dir)).read_metadata().storage_data
+    where = next(
+        info
+        for index, info in storage.items()
+        if "tok_embeddings.weight" in index.fqn and index.fqn.endswith("m2")
+    )
+    data = step_dir / where.relative_path
+    flip_bit_in_place(data, where.offset + where.length // 2)
     assert sorted(checkpoint_steps(directory / "ckpt")) == [20]
 
     proc = run_ok(write_spec(directory, phase), 1)
-    assert (
-        f"Checkpoint {directory / 'ckpt' / 'step-30'} cannot be loaded: its .metadata does not "
-        "load (UnpicklingError: pickle data was truncated)" in proc.stdout
+    assert f"Checkpoint {step_dir} cannot be loaded: checkpoint step-30: {data}: sha256" in (
+        proc.stdout
     )
     assert f"Resuming from the previous checkpoint, {directory / 'ckpt' / 'step-20'}" in proc.stdout
     assert "Training starts at step 21" in proc.stdout
-    assert (directory / "ckpt" / "corrupt" / "step-30" / ".metadata").read_bytes() == cut
+    assert (directory / "ckpt" / "corrupt" / "step-30" / where.relative_path).is_file()
     assert sorted(checkpoint_steps(directory / "ckpt")) == [20, 30]
     final = load_checkpoint(directory / "ckpt" / "step-30", tmp_path)
     reference = load_checkpoint(one_process_run[0] / "ckpt" / "step-30", tmp_path)
@@ -470,9 +482,9 @@ def test_early_stops_and_a_kill_resume_to_the_same_weights(two_process_run, phas
     assert 30 not in left and stopped_at in left  # and its step-20 one, if it got there
 
     proc = run_ok(spec, 2)
-    # The shard, its index and the phase's three index files were verified before the first
-    # run; unchanged, not read again.
-    assert "verified the sha256 of 5 data file(s) (0.0 MiB read, 5 unchanged" in proc.stderr
+    # Nothing re-hashed at the resume: the loader checks each block as it reads it.
+    assert "each block of its index and shard files is checked" in proc.stderr
+    assert "verifying training data" not in proc.stderr
     assert f"Training starts at step {max(left) + 1}" in proc.stdout
     final = load_checkpoint(directory / "ckpt" / "step-30", tmp_path)
     reference = load_checkpoint(two_process_run[0] / "ckpt" / "step-30", tmp_path)
@@ -566,24 +578,39 @@ def test_next_phase_continues_optimizer_and_schedule_with_fresh_data(
     assert final["dataloader"]["windows_consumed"] == 10 * 8  # the new phase from its start
 
 
-def test_a_flipped_byte_in_a_shard_stops_the_run_before_its_first_step(tmp_path):
-    """Same size, one bit changed, in the token file or its document index: the launcher
-    checks every file the plan reads against the sha256 phase.json records, and refuses,
-    naming the file, before torchrun starts."""
+def flip_bit_in_place(path: Path, offset: int) -> None:
+    """One bit changed, size and times kept: what bit rot leaves, and what no stat can see."""
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0x04]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_flipped_bit_under_a_shard_or_the_phase_index_stops_the_run_before_its_batch(tmp_path):
+    """One bit changed in place in the token file, its document index or the phase's index
+    (size, mtime and ctime as a stat would trust them): the loader checks each block it reads
+    against the crc32 written with it and stops the run at that read, naming file and block,
+    before the batch is used: no step completes, no checkpoint is written."""
     phase_dir = build_phase(tmp_path / "data")
     shard = tmp_path / "data" / "shards" / "web" / "00000_shard.ds"
-    for name, offset in ((shard.name, 1001), (shard.name + ".index", 17)):
-        path = shard.with_name(name)
+    for path, offset in (
+        (shard, 1001),
+        (shard.with_name(shard.name + ".index"), 17),
+        (phase_dir / "index.document.npy", 130),
+    ):
         original = path.read_bytes()
-        flipped = bytearray(original)
-        flipped[offset] ^= 0x04
-        path.write_bytes(bytes(flipped))
-        spec = write_spec(tmp_path / name, phase_dir)
+        flip_bit_in_place(path, offset)
+        spec = write_spec(tmp_path / path.name, phase_dir)
         proc = launch(spec, 1)
-        assert proc.returncode == 2, proc.stderr
-        assert f"error: training data {phase_dir}: {path}: sha256" in proc.stderr
-        assert "nothing was trained on it" in proc.stderr
-        assert "torchrun" not in proc.stderr and not (tmp_path / name / "ckpt").exists()
+        assert proc.returncode != 0, proc.stderr
+        block = offset // BLOCK_BYTES
+        assert f"error: {path}: block {block} (bytes {block * BLOCK_BYTES}-" in proc.stderr
+        assert "has crc32" in proc.stderr and "nothing was trained on them" in proc.stderr
+        assert not checkpoint_steps(tmp_path / path.name / "ckpt")
+        assert "step:  1" not in proc.stdout
         path.write_bytes(original)
 
 
