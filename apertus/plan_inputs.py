@@ -49,13 +49,13 @@ from typing import Any
 from apertus.core import ApertusError
 from apertus.core.config import key_path, shipped_path
 
-__all__ = ["attempt", "input_problems", "lm_eval_task_names"]
+__all__ = ["attempt", "hub_datasets", "input_problems", "lm_eval_task_names", "lm_eval_tasks"]
 
 # What a loader reads first in a folder: transformers' AutoTokenizer and AutoModel.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 MODEL_FILES = ("config.json",)
 # Bump when the stored form of the task-name cache changes.
-NAMES_FORMAT = 1
+NAMES_FORMAT = 2
 
 
 def attempt(where: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, list]:
@@ -328,9 +328,10 @@ def _evaluate_problems(config: Mapping[str, Any]) -> list[str]:
         cfg = EvaluateConfig.from_dict(config["evaluate"])
     except (ApertusError, ValueError):
         return []  # the typed section's own check names it
-    problems = _suite_problems("evaluate.suite", cfg.suite, cfg)
+    offline = _offline(config)
+    problems = _suite_problems("evaluate.suite", cfg.suite, cfg, offline)
     if config["posttrain"]["enabled"] and cfg.instruct.tasks:
-        problems += _suite_problems("evaluate.instruct", cfg.instruct, cfg)
+        problems += _suite_problems("evaluate.instruct", cfg.instruct, cfg, offline)
     return problems
 
 
@@ -349,7 +350,7 @@ def _own_task(name: str, cfg: Any) -> bool:
     return False
 
 
-def _suite_problems(where: str, options: Any, cfg: Any) -> list[str]:
+def _suite_problems(where: str, options: Any, cfg: Any, offline: bool) -> list[str]:
     from types import SimpleNamespace
 
     from apertus.evaluate.lmeval import data_home_env, include_dirs, missing_packages, unknown_tasks
@@ -365,25 +366,57 @@ def _suite_problems(where: str, options: Any, cfg: Any) -> list[str]:
     entries = list(options.tasks)
     others = [entry.task for entry in entries if not _own_task(entry.task, cfg)]
     known = {MC_GROUP, PPL_GROUP, *(entry.task for entry in entries if _own_task(entry.task, cfg))}
+    summary = None
     if others and (options.include_defaults or options.include_path is not None):
         try:
-            known |= set(lm_eval_task_names(options.include_defaults, options.include_path))
+            summary = lm_eval_tasks(options.include_defaults, options.include_path)
         except Exception as e:  # the job's TaskManager would fail the same way
             key = "include_path" if options.include_path is not None else "include_defaults"
             return [f"{where}.{key}: lm-eval cannot index the tasks ({type(e).__name__}: {e})"]
+        known |= set(summary["names"])
     # unknown_tasks reads the index's names only (`all_tasks`).
-    problems += unknown_tasks(entries, SimpleNamespace(all_tasks=sorted(known)), where)
-    return problems + missing_packages(entries, where)
+    unknown = unknown_tasks(entries, SimpleNamespace(all_tasks=sorted(known)), where)
+    problems += unknown + missing_packages(entries, where)
+    if summary is not None and not unknown and (offline or options.offline):
+        problems += _offline_dataset_problems(where, entries, summary, offline)
+    return problems
 
 
-def lm_eval_task_names(include_defaults: bool, include_path: str | None) -> list[str]:
-    """The task, group and tag names lm-eval's TaskManager indexes over its built-in tasks
-    (when `include_defaults`) and `include_path` (as `apertus.evaluate.lmeval.task_manager`
-    builds it for the evaluation job), kept in the user's cache (`APERTUS_LMEVAL_CACHE`, as
-    lm-eval's built-in index) under a key of lm-eval's version and location, the Python
-    version, the modification time of every folder of its built-in tasks (a task file added,
-    removed or renamed) and the path, size and modification time of every file under
-    `include_path`. Reading it costs milliseconds; indexing takes seconds."""
+def _offline_dataset_problems(where: str, entries: Sequence[Any], summary, offline) -> list[str]:
+    """Offline (config `offline`, or the suite's own `offline`, which lm-eval runs with), each
+    task's Hub datasets must be in the Hugging Face cache: lm-eval loads them when the task
+    starts (`datasets.load_dataset`)."""
+    problems = []
+    switch = "config `offline: true` or HF_HUB_OFFLINE" if offline else f"{where}.offline: true"
+    for i, entry in enumerate(entries):
+        missing: dict[str, list[str]] = {}  # dataset -> the leaf tasks reading it
+        for task, dataset in sorted(hub_datasets(entry.task, summary).items()):
+            if not _dataset_cached(dataset):
+                missing.setdefault(dataset, []).append(task)
+        if missing:
+            listed = ", ".join(
+                f"{dataset} ({tasks[0]}{f' and {len(tasks) - 1} more' if len(tasks) > 1 else ''})"
+                for dataset, tasks in sorted(missing.items())[:3]
+            )
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            problems.append(
+                f"{where}.tasks[{i}] is {entry.task!r}: lm-eval runs offline ({switch}), and "
+                f"its dataset(s) {listed}{more} are not in the Hugging Face cache "
+                f"({_hub_cache()}): download them once with network access, set {where}.offline "
+                "and offline to false, or stand the tasks in with local rows (include_path)"
+            )
+    return problems
+
+
+def lm_eval_tasks(include_defaults: bool, include_path: str | None) -> dict[str, Any]:
+    """What the plan needs of lm-eval's task index over its built-in tasks (when
+    `include_defaults`) and `include_path`, as `apertus.evaluate.lmeval.task_manager` builds it
+    for the evaluation job: ``names`` (every task, group and tag), ``datasets`` (each YAML
+    task's ``dataset_path``) and ``members`` (each group's tasks and each tag's). Kept in the
+    user's cache (`APERTUS_LMEVAL_CACHE`, as lm-eval's built-in index) under a key of lm-eval's
+    version and location, the Python version, the modification time of every folder of its
+    built-in tasks (a task file added, removed or renamed) and the path, size and modification
+    time of every file under `include_path`: reading it costs milliseconds, indexing seconds."""
     from apertus.core.diskcache import user_cache
     from apertus.evaluate.lmeval import task_manager
 
@@ -391,12 +424,57 @@ def lm_eval_task_names(include_defaults: bool, include_path: str | None) -> list
     key = _names_key(include_defaults, include_path)
     if cache is not None and key is not None:
         stored = cache.get(key)
-        if isinstance(stored, list):
+        if isinstance(stored, dict) and set(stored) == {"names", "datasets", "members"}:
             return stored
-    names = sorted(task_manager(None, include_defaults, None, include_path).all_tasks)
+    index = task_manager(None, include_defaults, None, include_path)._index
+    summary: dict[str, Any] = {"names": sorted(index), "datasets": {}, "members": {}}
+    for name, entry in index.items():
+        cfg, kind = entry.cfg or {}, entry.kind.name
+        if kind == "TASK" and isinstance(cfg.get("dataset_path"), str):
+            summary["datasets"][name] = cfg["dataset_path"]
+        elif kind == "TAG":
+            summary["members"][name] = sorted(entry.tags)
+        elif kind == "GROUP":
+            members = []
+            for child in cfg.get("task") or []:
+                if isinstance(child, dict):  # a task written inline, or one with overrides
+                    child_name = child.get("task") or child.get("group")
+                    if isinstance(child.get("dataset_path"), str) and isinstance(child_name, str):
+                        summary["datasets"].setdefault(child_name, child["dataset_path"])
+                    child = child_name
+                if isinstance(child, str):
+                    members.append(child)
+            summary["members"][name] = members
     if cache is not None and key is not None:
-        cache.put(key, names)
-    return names
+        cache.put(key, summary)
+    return summary
+
+
+def lm_eval_task_names(include_defaults: bool, include_path: str | None) -> list[str]:
+    """The task, group and tag names of lm-eval's index (:func:`lm_eval_tasks`)."""
+    return lm_eval_tasks(include_defaults, include_path)["names"]
+
+
+# Dataset builders of the `datasets` library that read local files (`dataset_kwargs`), not the Hub.
+LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow", "pandas"})
+
+
+def hub_datasets(task: str, summary: Mapping[str, Any]) -> dict[str, str]:
+    """The Hub datasets the leaf tasks of `task` (a task, group or tag) read: leaf task ->
+    `dataset_path`, for those whose dataset is neither a local builder nor a local folder."""
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    todo = [task]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += summary["members"].get(name, [])
+        dataset = summary["datasets"].get(name)
+        if dataset and dataset not in LOCAL_BUILDERS and not Path(dataset).is_dir():
+            found[name] = dataset
+    return found
 
 
 def _names_key(include_defaults: bool, include_path: str | None) -> str | None:

@@ -544,7 +544,7 @@ def test_cli_check_prints_an_error_line_naming_the_missing_input(inputs, capsys)
 
 
 def test_with_include_defaults_a_name_is_looked_up_in_lm_evals_builtin_index(
-    inputs, tmp_path, monkeypatch
+    inputs, hub_reachable, tmp_path, monkeypatch
 ):
     """The built-in index stands in for lm-eval's (14,700 files, seconds to build): a folder
     holding `hellaswag`, indexed by lm-eval's own TaskIndex."""
@@ -555,6 +555,12 @@ def test_with_include_defaults_a_name_is_looked_up_in_lm_evals_builtin_index(
     builtin = tmp_path / "builtin"
     builtin.mkdir()
     (builtin / "hellaswag.yaml").write_text(LMEVAL_TASK.format(name="hellaswag"))
+    # A task reading a Hub dataset, in a group: offline, the dataset must be in the cache.
+    hub_task = LMEVAL_TASK.format(name="arc_easy").replace(
+        "dataset_path: json", "dataset_path: allenai/ai2_arc"
+    )
+    (builtin / "arc_easy.yaml").write_text(hub_task)
+    (builtin / "arc.yaml").write_text("group: arc\ntask: [arc_easy, hellaswag]\n")
     monkeypatch.setattr(lmeval, "builtin_index", lambda: lm_index.TaskIndex.build([builtin]))
     defaults = "evaluate.suite.include_defaults=true"
     found = plan_problems(load_config((), [defaults, "evaluate.suite.tasks=[{task: hellaswagg}]"]))
@@ -562,3 +568,9 @@ def test_with_include_defaults_a_name_is_looked_up_in_lm_evals_builtin_index(
     assert "(did you mean 'hellaswag'?)" in found[0]
     good = [defaults, "evaluate.suite.tasks=[{task: hellaswag}, {task: apertus_ppl}]"]
     assert plan_problems(load_config((), good)) == []
+    found = plan_problems(load_config((), [defaults, "evaluate.suite.tasks=[{task: arc}]"]))
+    assert len(found) == 1 and found[0].startswith("evaluate.suite.tasks[0] is 'arc': ")
+    assert "allenai/ai2_arc (arc_easy) are not in the Hugging Face cache" in found[0]
+    # Online (the config's and the suite's offline off), lm-eval downloads it.
+    online = [defaults, "offline=false", "evaluate.suite.offline=false"]
+    assert plan_problems(load_config((), [*online, "evaluate.suite.tasks=[{task: arc}]"])) == []
