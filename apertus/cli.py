@@ -67,7 +67,7 @@ from apertus.core.config import (
 from apertus.core.files import atomic_write_text
 from apertus.core.lifetime import child_dies_with_us, group_members
 from apertus.core.manifest import code_version, package_versions
-from apertus.plan_check import check_plan
+from apertus.plan_check import check_plan, is_dry_run
 from apertus.report.rulegraph import update_readme
 
 CONFIG_REFERENCE = REPO_ROOT / "config" / "README.md"
@@ -332,7 +332,12 @@ def _run(args: argparse.Namespace, snakemake_args: list[str]) -> int:
     directory = workflow_directory(args.directory)
     # Names a bad key before anything runs.
     config = load_config(args.configfile, args.overrides, directory=directory)
-    check_plan(config, sources=config_sources(args.configfile, args.overrides, directory))
+    check_plan(
+        config,
+        sources=config_sources(args.configfile, args.overrides, directory),
+        directory=directory,
+        dry_run=is_dry_run(snakemake_args),  # Snakemake prints what a run would be refused for
+    )
     arguments = workflow_arguments(directory, snakemake_args)
     files = [str(Path(f).resolve()) for f in args.configfile]
     if args.overrides:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ from apertus.core.config import ConfigError, key_path, problems_message
 from apertus.plan_inputs import attempt as _attempt
 from apertus.plan_inputs import input_problems
 
-__all__ = ["check_plan", "plan_problems"]
+__all__ = ["check_plan", "dry_run_warnings", "is_dry_run", "plan_problems"]
 
 # The stage names post-training adds to the evaluated checkpoints (workflow/rules/posttrain.smk).
 POSTTRAIN_STAGE_NAMES = ("sft", "qrpo")
@@ -55,12 +56,33 @@ def check_plan(
     config: Mapping[str, Any],
     sources: Sequence[str] = (),
     directory: str | os.PathLike[str] | None = None,
-) -> None:
+    *,
+    dry_run: bool = False,
+) -> list[str]:
     """Raise a ConfigError listing every cross-field problem of the validated `config`; its
-    relative paths from `directory` (default: the working directory), where the jobs run."""
-    problems = plan_problems(config, directory=directory)
+    relative paths from `directory` (default: the working directory), where the jobs run.
+
+    For a dry run (`dry_run`: it shows a plan, nothing reads the inputs) a missing input is not
+    an error: the problems are returned, for the caller to print as warnings (a preset's plan
+    can be looked at before its model files are in place)."""
+    problems = plan_problems(config, inputs=not dry_run, directory=directory)
     if problems:
         raise ConfigError(problems_message(problems, sources))
+    return input_problems(config, directory) if dry_run else []
+
+
+def is_dry_run(argv: Sequence[str]) -> bool:
+    """Whether Snakemake's arguments ask for a dry run (``-n``, ``--dry-run``, ``--dryrun``, or
+    ``n`` among combined short flags such as ``-np``)."""
+    return any(
+        arg in ("--dry-run", "--dryrun") or re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", arg)
+        for arg in argv
+    )
+
+
+def dry_run_warnings(problems: Sequence[str]) -> list[str]:
+    """The lines a dry run prints for the inputs a real run would be refused for."""
+    return [f"warning: a run (not this dry run) would be refused: {p}" for p in problems]
 
 
 def plan_problems(

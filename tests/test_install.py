@@ -125,11 +125,11 @@ def test_a_wheel_installed_outside_the_checkout_runs_the_pipeline(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    def apertus(*args):
+    def apertus(*args, returncode=0):
         proc = subprocess.run(
             [venv / "bin" / "apertus", *args], cwd=elsewhere, capture_output=True, text=True
         )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.returncode == returncode, proc.stdout + proc.stderr
         return proc.stdout + proc.stderr
 
     where = subprocess.run(
@@ -142,7 +142,10 @@ def test_a_wheel_installed_outside_the_checkout_runs_the_pipeline(tmp_path):
     assert Path(where).is_relative_to(site), where  # the wheel's copy, not this checkout
     assert "configuration is valid" in apertus("config", "check")
     preset = Path(where) / "config" / "presets" / "apertus-8b.yaml"
-    assert "configuration is valid" in apertus("config", "check", "--configfile", str(preset))
+    # The preset's one input that is not shipped (the quality head) is named before any job.
+    refused = apertus("config", "check", "--configfile", str(preset), returncode=2)
+    assert "key 'data.quality.head' is 'models/quality-head.safetensors'" in refused
+    assert refused.count("  - key ") == 1, refused
     plan = apertus("run", "--", "-n")
     assert f"workflow specific profile {where}/profiles/default" in plan
     assert re.search(r"^total\s+\d+", plan, flags=re.M), plan[-2000:]

@@ -24,7 +24,7 @@ try:
     from apertus.core.resources import job_resources
     from apertus.core.resources import stage_resources as core_stage_resources
     from apertus.core.stage import failure_summary
-    from apertus.plan_check import check_plan
+    from apertus.plan_check import check_plan, dry_run_warnings, is_dry_run
 except ImportError as e:
     raise WorkflowError(
         f"cannot import the apertus package ({e}); set up the environment with "
@@ -86,7 +86,11 @@ try:
         sources=config_sources(),
     )
     if workflow.is_main_process:
-        check_plan(config, sources=config_sources())
+        missing = check_plan(
+            config, sources=config_sources(), dry_run=is_dry_run(sys.argv[1:])
+        )
+        for line in dry_run_warnings(missing):
+            print(line, file=sys.stderr)
 except ApertusError as e:
     raise WorkflowError(str(e)) from None
 
