@@ -140,22 +140,30 @@ def read_run_record(run_dir: Path) -> RunRecord:
 
 def select_checkpoint(record: RunRecord, step: int | None) -> Path:
     """The checkpoint to export: the run's final one, or the ``step-N`` checkpoint of the same
-    checkpoint folder (complete and loadable, `resumable_checkpoints`). ApertusError naming the
-    steps there are when `step` is not one of them."""
-    if step is None:
-        return record.final_checkpoint
-    from apertus.train.run_spec import resumable_checkpoints
+    checkpoint folder (complete and loadable, `resumable_checkpoints`), its files checked
+    against the checksums its save recorded. ApertusError naming the steps there are when
+    `step` is not one of them, or what is wrong with the chosen one."""
+    from apertus.train.run_spec import checkpoint_problem, resumable_checkpoints
 
-    folder = record.final_checkpoint.parent
-    steps, unloadable = resumable_checkpoints(folder)
-    if step in steps:
-        return steps[step]
-    why = f" ({unloadable[step][1]})" if step in unloadable else ""
-    available = ", ".join(map(str, steps)) or "none"
-    raise ApertusError(
-        f"run {record.name} has no loadable checkpoint at step {step}{why}; steps in "
-        f"{folder}: {available}"
-    )
+    if step is None:
+        chosen = record.final_checkpoint
+    else:
+        folder = record.final_checkpoint.parent
+        steps, unloadable = resumable_checkpoints(folder)
+        if step not in steps:
+            why = f" ({unloadable[step][1]})" if step in unloadable else ""
+            available = ", ".join(map(str, steps)) or "none"
+            raise ApertusError(
+                f"run {record.name} has no loadable checkpoint at step {step}{why}; steps in "
+                f"{folder}: {available}"
+            )
+        chosen = steps[step]
+    problem = checkpoint_problem(chosen) if (chosen / ".metadata").is_file() else None
+    if problem is not None:
+        raise ApertusError(
+            f"checkpoint {chosen} cannot be exported: {problem}; re-run the stage that wrote it"
+        )
+    return chosen
 
 
 def main(argv=None):

@@ -744,6 +744,14 @@ def test_stage_exports_an_intermediate_step_and_names_the_steps_there_are(
         stage_main([*stage_args(workspace, tmp_path / "other", run), "--step", "5"])
     assert str(info.value).endswith(f"no loadable checkpoint at step 5; steps in {ckpt}: 3, 7")
     assert not (tmp_path / "other").exists()
+    # A bit flipped under the older step (resuming never hashes it: only the newest is read)
+    # is refused when it is the one exported.
+    data = next((ckpt / "step-3").glob("*.distcp"))
+    flipped = bytearray(data.read_bytes())
+    flipped[len(flipped) // 2] ^= 0x01
+    data.write_bytes(bytes(flipped))
+    with pytest.raises(ApertusError, match=rf"step-3 cannot be exported: .*{data.name}: sha256"):
+        stage_main([*stage_args(workspace, tmp_path / "third", run), "--step", "3"])
 
 
 @pytest.mark.slow
