@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import zlib
 
 import numpy as np
@@ -17,19 +16,9 @@ from apertus.core.blocks import (
     sidecar_path,
     write_block_checksums,
 )
+from tests.conftest import flip_bit_in_place
 
 BLOCK = 64  # small blocks: many of them in a few KiB
-
-
-def flip_bit_in_place(path, offset, bit=0):
-    """Flip one bit without changing the file's size or times, as bit rot would."""
-    before = path.stat()
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ (1 << bit)]))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 @pytest.fixture

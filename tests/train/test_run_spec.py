@@ -16,6 +16,7 @@ from apertus.train.run_spec import (
     resolve_initial_checkpoint,
     unloadable_checkpoints,
 )
+from tests.conftest import flip_bit_in_place
 
 
 def spec(**changes) -> RunSpec:
@@ -108,19 +109,6 @@ def save_checkpoint(folder: Path, step: int) -> Path:
     dcp.save({"weight": torch.full((64,), float(step))}, checkpoint_id=str(target))
     seal_checkpoint(target)  # as the trainer's checkpoint manager does after each save
     return target
-
-
-def flip_bit_in_place(path: Path, offset: int) -> None:
-    """One bit changed, size and times kept, as bit rot leaves a file."""
-    import os
-
-    before = path.stat()
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ 0x10]))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_a_checkpoint_whose_bytes_differ_from_its_checksums_or_has_none_is_not_resumed(tmp_path):

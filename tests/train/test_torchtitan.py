@@ -44,7 +44,7 @@ from apertus.train.optimizer import AdEMAMixOptimizers, ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
 from apertus.train.run_spec import checkpoint_steps, load_run_spec, resolve_initial_checkpoint
 from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
-from tests.conftest import process_tree, running
+from tests.conftest import flip_bit_in_place, process_tree, running
 
 REPO = Path(__file__).resolve().parents[2]
 BOS, EOS, VOCAB = 1, 2, 256
@@ -576,17 +576,6 @@ def test_next_phase_continues_optimizer_and_schedule_with_fresh_data(
     assert steps == {30.0}  # AdEMAMix carried on
     assert final["train_state"]["step"] == 30
     assert final["dataloader"]["windows_consumed"] == 10 * 8  # the new phase from its start
-
-
-def flip_bit_in_place(path: Path, offset: int) -> None:
-    """One bit changed, size and times kept: what bit rot leaves, and what no stat can see."""
-    before = path.stat()
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([byte ^ 0x04]))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_a_flipped_bit_under_a_shard_or_the_phase_index_stops_the_run_before_its_batch(tmp_path):
