@@ -92,8 +92,10 @@ def test_suite_runs_benchmarks_and_gathers_their_ratios(tmp_path):
     assert [r.name for r in rows] == [
         "AdEMAMix / AdamW step time",
         "AdEMAMix / AdamW optimizer state",
-        "shard verification / sha256sum",
-        "resumed run's re-check / first check",
+        "document reads, block-checked / plain pread",
+        "shard checksums written: crc32 blocks + sha256 / sha256 alone",
+        "SFT data sha256 check / sha256sum",
+        "checkpoint seal (sha256 of its files) / DCP save",
         "pipeline up to the data sample wall time",
         "no-op re-run / full run",
         "70B preset dry-run / default dry-run",
@@ -105,6 +107,6 @@ def test_suite_runs_benchmarks_and_gathers_their_ratios(tmp_path):
     assert rows[1].ratio == pytest.approx(1.5)
     # The dry runs really planned the DAGs: hundreds of jobs for the 70B preset. (That the
     # re-run was a no-op is checked by the benchmark itself, which fails otherwise.)
-    planned = re.search(r"(\d+) jobs planned for the 70B preset, (\d+) for the", rows[6].note)
-    assert planned, rows[6].note
+    planned = re.search(r"(\d+) jobs planned for the 70B preset, (\d+) for the", rows[8].note)
+    assert planned, rows[8].note
     assert int(planned.group(1)) > 5 * int(planned.group(2)) > 0

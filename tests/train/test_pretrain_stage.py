@@ -16,7 +16,7 @@ import pytest
 
 from apertus.tokenize.phases import PHASE_FILE
 from apertus.train.metrics import read_metrics
-from apertus.train.run_spec import checkpoint_steps, load_run_spec
+from apertus.train.run_spec import CHECKPOINT_CHECKSUMS, checkpoint_steps, load_run_spec
 from apertus.train.stage import work_directory
 from tests.conftest import BIN, REPO, copy_upstream, planned_jobs, process_tree, run_tool
 
@@ -145,7 +145,7 @@ def test_interrupted_pipeline_resumes_training_from_the_last_checkpoint(
         start_new_session=True,
     )
     deadline = time.monotonic() + 600
-    while not (work / "ckpt" / f"step-{stop_after}" / ".metadata").exists():
+    while not (work / "ckpt" / f"step-{stop_after}" / CHECKPOINT_CHECKSUMS).exists():
         elsewhere = [p.parent for p in run_dir.glob("pretrain/_work/*/spec.json")]
         if elsewhere and elsewhere != [work]:
             os.killpg(proc.pid, signal.SIGINT)
