@@ -21,9 +21,13 @@ from torchtitan.components.checkpointer.utils import canonical_fqn
 from torchtitan.tools.logging import logger
 
 from apertus.core.files import atomic_write_json, sha256_file
-from apertus.train.run_spec import CHECKPOINT_CHECKSUMS, checkpoint_files, resumable_checkpoints
+from apertus.train.run_spec import (
+    CHECKPOINT_CHECKSUMS,
+    checkpoint_files,
+    resumable_checkpoints,
+    set_aside,
+)
 
-CORRUPT_FOLDER = "corrupt"
 """Where, inside a checkpoint folder, a resumed run moves the checkpoints it cannot load (a name
 torchtitan's ``step-N`` scans, for loading and for purging old ones, do not match)."""
 
@@ -98,7 +102,7 @@ class FiniteCheckpointManager(CheckpointManager):
     def _scan_for_load_step(folder: Path) -> int:
         steps, bad = resumable_checkpoints(folder)
         for step_dir, problem in bad.values():
-            aside = set_aside(step_dir)
+            aside = set_aside(step_dir, problem)
             logger.warning(
                 f"Checkpoint {step_dir} cannot be loaded: {problem}. Moved it to {aside}."
             )
@@ -158,15 +162,3 @@ def seal_checkpoint(step_dir: Path) -> None:
         f"Sealed {step_dir.name}: sha256 of {len(names)} file(s) in "
         f"{time.monotonic() - begin:.2f}s ({size / 2**20:.1f} MiB hashed on this rank)"
     )
-
-
-def set_aside(step_dir: Path) -> Path:
-    """Move a checkpoint that cannot be loaded to ``<folder>/corrupt/`` (kept for a look, out of
-    resuming's and purging's way); returns where it went."""
-    target_folder = step_dir.parent / CORRUPT_FOLDER
-    target_folder.mkdir(exist_ok=True)
-    target, copy = target_folder / step_dir.name, 1
-    while target.exists():
-        target, copy = target_folder / f"{step_dir.name}.{copy}", copy + 1
-    step_dir.rename(target)
-    return target

@@ -50,10 +50,10 @@ from apertus.train.early_stop import STOP_AT_ENV, STOPPED_FILE
 from apertus.train.run_spec import (
     SPEC_ENV,
     RunSpec,
-    checkpoint_steps,
     data_files,
     load_run_spec,
     preflight,
+    sealed_steps,
     wandb_run_id,
 )
 from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
@@ -512,7 +512,7 @@ def run(
             signal.signal(s, handler)
     sys.stdout.flush()
 
-    steps = checkpoint_steps(checkpoints)
+    steps = sealed_steps(checkpoints)  # not hashed here: the resume checks the one it loads
     last = f"{steps[max(steps)]} (step {max(steps)})" if steps else "none"
     if stopped.is_file() and divergence is None:
         note = json.loads(stopped.read_text())

@@ -120,6 +120,9 @@ __all__ = [
     "preflight",
     "resolve_initial_checkpoint",
     "resumable_checkpoints",
+    "sealed_steps",
+    "set_aside",
+    "set_aside_checkpoints",
     "unloadable_checkpoints",
     "wandb_run_id",
     "write_run_spec",
@@ -722,6 +725,51 @@ def _complete_steps(folder: Path) -> dict[int, Path]:
         if match and (child / ".metadata").is_file():
             found[int(match.group(1))] = child
     return dict(sorted(found.items()))
+
+
+def sealed_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
+    """The complete ``step-N`` checkpoints of a folder whose save was sealed (its checksums.json
+    is there), step -> directory, without reading their bytes: what a stopped or finished run
+    names as its last checkpoint. Which of them loads is the resume's check
+    (`resumable_checkpoints`, hashing each newest first); at 8B a checkpoint is ~100 GB."""
+    return {
+        step: path
+        for step, path in _complete_steps(Path(folder)).items()
+        if (path / CHECKPOINT_CHECKSUMS).is_file()
+    }
+
+
+CORRUPT_FOLDER = "corrupt"
+"""Where a resume moves the checkpoints of its folder that do not load (``<folder>/corrupt/``)."""
+SET_ASIDE_NOTE = "set-aside.txt"
+_ASIDE_DIR = re.compile(r"^step-(\d+)(?:\.\d+)?$")
+
+
+def set_aside(step_dir: Path, problem: str) -> Path:
+    """Move a checkpoint that cannot be loaded to ``<folder>/corrupt/`` (kept for a look, out of
+    resuming's and purging's way), with `problem` in its ``set-aside.txt``; returns where it
+    went."""
+    target_folder = step_dir.parent / CORRUPT_FOLDER
+    target_folder.mkdir(exist_ok=True)
+    target, copy = target_folder / step_dir.name, 1
+    while target.exists():
+        target, copy = target_folder / f"{step_dir.name}.{copy}", copy + 1
+    step_dir.rename(target)
+    (target / SET_ASIDE_NOTE).write_text(f"{problem}\n", encoding="utf-8")
+    return target
+
+
+def set_aside_checkpoints(folder: str | os.PathLike[str]) -> dict[Path, tuple[int, str]]:
+    """The checkpoints `set_aside` moved out of a folder: directory -> (its step, why)."""
+    found = {}
+    corrupt = Path(folder) / CORRUPT_FOLDER
+    for child in sorted(corrupt.iterdir()) if corrupt.is_dir() else []:
+        match = _ASIDE_DIR.match(child.name)
+        if match:
+            note = child / SET_ASIDE_NOTE
+            why = note.read_text(encoding="utf-8").strip() if note.is_file() else "unknown"
+            found[child] = (int(match.group(1)), why)
+    return found
 
 
 def unloadable_checkpoints(folder: str | os.PathLike[str]) -> dict[int, tuple[Path, str]]:

@@ -54,7 +54,8 @@ from apertus.train.run_spec import (
     LRSpec,
     RunSpec,
     batch_ramp,
-    checkpoint_steps,
+    sealed_steps,
+    set_aside_checkpoints,
     write_run_spec,
 )
 from apertus.train.schedule import BatchRamp
@@ -278,9 +279,11 @@ def train_and_record(
     # same results folder, a re-run while an orphan of the last one lives) is refused.
     with exclusive_lock(work / LOCK_FILE, f"the training work directory {work}"):
         write_run_spec(work / "spec.json", spec)
-        done = checkpoint_steps(work / "ckpt")
+        # Listed, not hashed: the trainer's rank 0 checks the newest before loading it.
+        done = sealed_steps(work / "ckpt")
         if done:
             step.summary["resumed_from_step"] = max(done)
+        aside_before = set(set_aside_checkpoints(work / "ckpt"))
         started = time.time()
         code = run(work / "spec.json", nproc, nnodes=nnodes)
         if code == STOPPED:
@@ -302,7 +305,22 @@ def train_and_record(
         # Where the ranks ran (each node of a multi-node run): in the manifest, not in run.json,
         # which the next stage hashes into its work directory's key.
         step.summary["rank_hosts"] = rank_hosts(spec.metrics_folder, since=started)
-        final_step = max(checkpoint_steps(work / "ckpt"))
+        aside = {
+            path: found
+            for path, found in set_aside_checkpoints(work / "ckpt").items()
+            if path not in aside_before
+        }
+        if aside:  # what the trainer's resume moved out of its way, and from where it went on
+            step.summary["checkpoints_set_aside"] = [
+                {"step": number, "moved_to": recorded_path(path, output), "problem": why}
+                for path, (number, why) in aside.items()
+            ]
+            kept = [number for number in done if number not in {n for n, _ in aside.values()}]
+            if kept:
+                step.summary["resumed_from_step"] = max(kept)
+            else:  # none loaded: it started over
+                step.summary.pop("resumed_from_step", None)
+        final_step = max(sealed_steps(work / "ckpt"))
         last_checkpoint = work / "ckpt" / f"step-{final_step}"
         metrics = read_metrics(work / "out" / "metrics.jsonl")
         last = metrics[max(metrics)]

@@ -14,6 +14,9 @@ from apertus.train.run_spec import (
     checkpoint_steps,
     preflight,
     resolve_initial_checkpoint,
+    sealed_steps,
+    set_aside,
+    set_aside_checkpoints,
     unloadable_checkpoints,
 )
 from tests.conftest import flip_bit_in_place
@@ -128,11 +131,22 @@ def test_a_checkpoint_whose_bytes_differ_from_its_checksums_or_has_none_is_not_r
     (folder / "step-20" / "notes.txt").write_text("stray")
     bad = unloadable_checkpoints(folder)
     assert sorted(bad) == [20, 30, 40] and sorted(checkpoint_steps(folder)) == [10]
+    assert sorted(sealed_steps(folder)) == [10, 20, 40]  # listed, not hashed
     assert f"{data}: sha256 " in bad[40][1] and f"its record says {recorded[data.name]['sha256']}"
     assert "it has no checksums.json (its save did not finish" in bad[30][1]
     assert "notes.txt is not in its checksums.json" in bad[20][1]
     with pytest.raises(ApertusError, match=r"step-40 cannot be loaded: .*distcp: sha256"):
         resolve_initial_checkpoint(folder)
+    # A resume moves them out of its way (apertus.train.checkpoint), each with why.
+    for step in (40, 30):
+        set_aside(folder / f"step-{step}", bad[step][1])
+    set_aside(save_checkpoint(folder, 40), "again")  # a second step-40 does not overwrite it
+    assert set_aside_checkpoints(folder) == {
+        folder / "corrupt" / "step-30": (30, bad[30][1]),
+        folder / "corrupt" / "step-40": (40, bad[40][1]),
+        folder / "corrupt" / "step-40.1": (40, "again"),
+    }
+    assert sorted(sealed_steps(folder)) == [10, 20]
 
 
 def test_a_checkpoint_that_does_not_load_is_not_one_to_resume_from(tmp_path):

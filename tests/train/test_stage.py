@@ -13,10 +13,18 @@ import pytest
 from apertus.core import ApertusError
 from apertus.core.config import load_config
 from apertus.core.files import recorded_path
+from apertus.core.stage import StepRun
 from apertus.export.stage import read_run_record
 from apertus.tokenize.phases import PhaseDataset, PhaseSpec, build_phase_index
 from apertus.train.config import PretrainConfig
-from apertus.train.run_spec import BatchRampSpec, CheckpointSpec, LRSpec, RunSpec
+from apertus.train.run_spec import (
+    CHECKPOINT_CHECKSUMS,
+    BatchRampSpec,
+    CheckpointSpec,
+    LRSpec,
+    RunSpec,
+    set_aside,
+)
 from apertus.train.schedule import BatchRamp
 from apertus.train.stage import (
     cooldown_steps,
@@ -24,6 +32,7 @@ from apertus.train.stage import (
     numerics,
     phase_steps,
     run_spec,
+    train_and_record,
     unigram_entropy,
     vocabulary_cover,
     work_directory,
@@ -120,6 +129,52 @@ def test_cooldown_covers_the_last_share_of_tokens():
         15 * 10**12 // 4096 - ramp.sequences(0, ramp.switch_step), ramp.switch_step
     )
     assert cooldown_steps(ramp, total, 1.65 / 15) == pytest.approx(1.65e12 / (2048 * 4096), abs=1)
+
+
+def test_the_manifest_says_which_checkpoint_the_resume_set_aside_and_where_it_went_on(
+    phases, tmp_path, monkeypatch
+):
+    """The stage's record of a resume (train_and_record): which step it resumed from, and each
+    checkpoint the trainer's resume moved to ckpt/corrupt/ (here, as it does on a checksum
+    mismatch, `apertus.train.checkpoint`), with its step and why. The training process is a
+    stand-in: what it leaves (a set-aside step, a sealed final checkpoint, metrics) is the
+    real trainer's, tested end to end in tests/train/test_torchtitan.py."""
+    import apertus.train.launch as launch
+
+    spec = run_spec(PretrainConfig.from_dict(load_config()["pretrain"]), "phase1", phases, None)
+    work_root, output = tmp_path / "_work", tmp_path / "phase1"
+    work = work_directory(work_root, "phase1", spec, {"data": 1})
+
+    def sealed(step: int) -> None:
+        folder = work / "ckpt" / f"step-{step}"
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(b"")
+        (folder / CHECKPOINT_CHECKSUMS).write_text('{"files": {}}')
+
+    for number in (10, 20):
+        sealed(number)
+
+    def trainer(spec_path, nproc, nnodes=1):
+        set_aside(work / "ckpt" / "step-20", "checkpoint step-20: a.distcp: sha256 0a, not 0b")
+        sealed(30)
+        (work / "out").mkdir(parents=True, exist_ok=True)
+        (work / "out" / "metrics.jsonl").write_text('{"step": 30, "loss": 2.5}\n')
+        return 0
+
+    monkeypatch.setattr(launch, "run", trainer)
+    step = StepRun("pretrain", "phase1", {}, inputs=[], outputs=[], manifest=tmp_path / "m.json")
+    record = train_and_record(
+        step, spec, name="phase1", key_material={"data": 1}, work_root=work_root, output=output,
+        nproc=1,
+    )  # fmt: skip
+    assert record["final_step"] == 30 and step.summary["resumed_from_step"] == 10
+    assert step.summary["checkpoints_set_aside"] == [
+        {
+            "step": 20,
+            "moved_to": "../_work/" + f"{work.name}/ckpt/corrupt/step-20",
+            "problem": "checkpoint step-20: a.distcp: sha256 0a, not 0b",
+        }
+    ]
 
 
 # -- a results folder moved whole ----------------------------------------------------------------

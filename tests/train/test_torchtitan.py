@@ -42,7 +42,12 @@ from apertus.train.lr_scheduler import RecipeLRSchedulers
 from apertus.train.metrics import read_metrics
 from apertus.train.optimizer import AdEMAMixOptimizers, ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
-from apertus.train.run_spec import checkpoint_steps, load_run_spec, resolve_initial_checkpoint
+from apertus.train.run_spec import (
+    checkpoint_steps,
+    load_run_spec,
+    resolve_initial_checkpoint,
+    set_aside_checkpoints,
+)
 from apertus.train.schedule import constant_lr_with_warmup, wsd_lr
 from tests.conftest import flip_bit_in_place, process_tree, running
 
@@ -393,6 +398,8 @@ def test_a_flipped_bit_in_the_last_checkpoint_sets_it_aside_and_the_run_resumes_
     assert f"Resuming from the previous checkpoint, {directory / 'ckpt' / 'step-20'}" in proc.stdout
     assert "Training starts at step 21" in proc.stdout
     assert (directory / "ckpt" / "corrupt" / "step-30" / where.relative_path).is_file()
+    ((aside_step, why),) = set_aside_checkpoints(directory / "ckpt").values()
+    assert aside_step == 30 and why.startswith(f"checkpoint step-30: {data}: sha256")
     assert sorted(checkpoint_steps(directory / "ckpt")) == [20, 30]
     final = load_checkpoint(directory / "ckpt" / "step-30", tmp_path)
     reference = load_checkpoint(one_process_run[0] / "ckpt" / "step-30", tmp_path)
