@@ -565,7 +565,7 @@ def _reward_problems(where: str, reward: Mapping[str, Any], offline: bool) -> li
         reward[k] is not None for k in ("model", "rubric", "rubric_file", "template_file")
     ):
         return []
-    from apertus.posttrain.rewards import RewardConfig, load_judge_template, load_rubric
+    from apertus.posttrain.reward_config import RewardConfig, load_judge_template, load_rubric
 
     cfg, problems = attempt(where, RewardConfig.from_dict, reward)
     if cfg is None:

@@ -121,24 +121,26 @@ from apertus.core.files import atomic_open, atomic_write_json, atomic_write_text
 from apertus.core.progress import Progress
 from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config
-from apertus.posttrain.rewards import (
+from apertus.posttrain.reward_config import (
     DEVICES,
-    DTYPES,
     STANDARD,
+    RewardConfig,
+    check_choice,
+    check_positive_int,
+    describe_reward,
+    rubric_files,
+)
+from apertus.posttrain.rewards import (
+    DTYPES,
     Exchange,
     Reward,
-    RewardConfig,
     RewardsByCategory,
     build_reward,
-    check_choice,
     check_hf_folder,
-    check_positive_int,
     chunks,
-    describe_reward,
     left_padded,
     load_hf_tokenizer,
     render_chat,
-    rubric_files,
     summarize_rewards,
 )
 from apertus.tokenize.tokenizer import CHAT_ROLES
@@ -168,7 +170,7 @@ class SamplingConfig(Config, key="posttrain.qrpo_data"):
     engine          auto | transformers | vllm (auto: vLLM when importable and a GPU is present)
     shards          shards of the prompts, each sampled and scored by its own job
                     (:func:`prompt_shard`); a merge step joins them
-    reward          the reward (:class:`apertus.posttrain.rewards.RewardConfig`, default chrF)
+    reward          the reward (:class:`apertus.posttrain.reward_config.RewardConfig`, default chrF)
                     of every prompt whose category has no reward of its own
     rewards_by_category   category -> its reward (RECIPE.md §7: ``controversial`` -> a judge
                     with the Swiss AI Charter); empty by default: one reward for every prompt

@@ -17,15 +17,15 @@ from transformers import AutoTokenizer, LlamaForSequenceClassification
 
 from apertus.core import ApertusError
 from apertus.core.config import REPO_ROOT
-from apertus.posttrain.rewards import (
+from apertus.posttrain.reward_config import (
     DEFAULT_RUBRIC,
     JUDGE_TEMPLATE,
     RewardConfig,
-    build_reward,
     describe_reward,
     load_judge_template,
     rubric_files,
 )
+from apertus.posttrain.rewards import build_reward
 from tests.posttrain.test_rewards import (
     MESSAGES,
     direct_expected_rating,

@@ -23,11 +23,10 @@ from transformers import (
 )
 
 from apertus.core import ApertusError
+from apertus.posttrain.reward_config import DEFAULT_RUBRIC, RewardConfig
 from apertus.posttrain.rewards import (
-    DEFAULT_RUBRIC,
     ChrfReward,
     Exchange,
-    RewardConfig,
     build_reward,
     chrf_reward,
     expected_rating,

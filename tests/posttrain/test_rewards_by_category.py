@@ -27,12 +27,8 @@ from apertus.posttrain.instructions import (
     read_conversations,
     split_conversations,
 )
-from apertus.posttrain.rewards import (
-    Exchange,
-    RewardsByCategory,
-    build_reward,
-    describe_reward,
-)
+from apertus.posttrain.reward_config import describe_reward
+from apertus.posttrain.rewards import Exchange, RewardsByCategory, build_reward
 from apertus.posttrain.sampling import SamplingConfig, load_prompts, main
 from tests.posttrain.test_rewards import make_reward_model
 from tests.posttrain.test_sampling import (
