@@ -218,17 +218,19 @@ def test_the_rehearsals_share_their_stand_ins():
 
 
 @pytest.mark.parametrize("name", sorted(REHEARSALS))
-def test_the_merged_config_is_valid_and_its_arithmetic_holds(name):
+def test_the_merged_config_is_valid_and_its_arithmetic_holds(name, tmp_path):
     preset_file, overlay_file = REHEARSALS[name]
     config = load_config([preset_file, overlay_file])
     assert plan_problems(config, inputs=False) == []
     # The inputs it names are the stand-ins `python -m apertus.rehearsal` makes before its run:
-    # not made here, so each is refused, and nothing else.
-    missing = plan_problems(config)
+    # not made in an empty folder (a session's rehearsal makes them in the checkout), so each
+    # is refused there, and nothing else.
+    missing = plan_problems(config, directory=tmp_path)
     assert missing and all(STANDIN_ROOT in problem for problem in missing), missing
     proc = run_tool(
-        "apertus", "config", "check", "--configfile", preset_file, "--configfile", overlay_file
-    )
+        "apertus", "config", "check", "--configfile", Path(preset_file).absolute(),
+        "--configfile", Path(overlay_file).absolute(), cwd=tmp_path,
+    )  # fmt: skip
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2 and STANDIN_ROOT in said, said
 
