@@ -123,6 +123,7 @@ from apertus.core.stage import StepRun, run_main, stage_parser
 from apertus.core.typed import Config
 from apertus.posttrain.reward_config import (
     DEVICES,
+    DTYPE_NAMES,
     STANDARD,
     RewardConfig,
     check_choice,
@@ -202,7 +203,7 @@ class SamplingConfig(Config, key="posttrain.qrpo_data"):
         t = self.temperature
         if not 0 < t < math.inf:
             raise ApertusError(f"{where}.temperature must be a positive number, not {t!r}")
-        check_choice(f"{where}.dtype", self.dtype, tuple(DTYPES))
+        check_choice(f"{where}.dtype", self.dtype, DTYPE_NAMES)
         check_choice(f"{where}.device", self.device, DEVICES)
         check_choice(f"{where}.engine", self.engine, ENGINES)
 

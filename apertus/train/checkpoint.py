@@ -28,9 +28,6 @@ from apertus.train.run_spec import (
     set_aside,
 )
 
-"""Where, inside a checkpoint folder, a resumed run moves the checkpoints it cannot load (a name
-torchtitan's ``step-N`` scans, for loading and for purging old ones, do not match)."""
-
 
 @torch.no_grad()
 def assert_finite_parameters(modules: list[nn.Module], what: str) -> None:

@@ -740,7 +740,8 @@ def sealed_steps(folder: str | os.PathLike[str]) -> dict[int, Path]:
 
 
 CORRUPT_FOLDER = "corrupt"
-"""Where a resume moves the checkpoints of its folder that do not load (``<folder>/corrupt/``)."""
+"""Where, inside a checkpoint folder, a resumed run moves the checkpoints it cannot load (a name
+torchtitan's ``step-N`` scans, for loading and for purging old ones, do not match)."""
 SET_ASIDE_NOTE = "set-aside.txt"
 _ASIDE_DIR = re.compile(r"^step-(\d+)(?:\.\d+)?$")
 

@@ -281,8 +281,6 @@ def train_and_record(
         write_run_spec(work / "spec.json", spec)
         # Listed, not hashed: the trainer's rank 0 checks the newest before loading it.
         done = sealed_steps(work / "ckpt")
-        if done:
-            step.summary["resumed_from_step"] = max(done)
         aside_before = set(set_aside_checkpoints(work / "ckpt"))
         started = time.time()
         code = run(work / "spec.json", nproc, nnodes=nnodes)
@@ -310,16 +308,15 @@ def train_and_record(
             for path, found in set_aside_checkpoints(work / "ckpt").items()
             if path not in aside_before
         }
-        if aside:  # what the trainer's resume moved out of its way, and from where it went on
+        if aside:  # what the trainer's resume moved out of its way
             step.summary["checkpoints_set_aside"] = [
                 {"step": number, "moved_to": recorded_path(path, output), "problem": why}
                 for path, (number, why) in aside.items()
             ]
-            kept = [number for number in done if number not in {n for n, _ in aside.values()}]
-            if kept:
-                step.summary["resumed_from_step"] = max(kept)
-            else:  # none loaded: it started over
-                step.summary.pop("resumed_from_step", None)
+        moved = {number for number, _ in aside.values()}
+        kept = [number for number in done if number not in moved]
+        if kept:  # none: it started over
+            step.summary["resumed_from_step"] = max(kept)
         final_step = max(sealed_steps(work / "ckpt"))
         last_checkpoint = work / "ckpt" / f"step-{final_step}"
         metrics = read_metrics(work / "out" / "metrics.jsonl")
