@@ -9,7 +9,7 @@ names the key of every one that is not there:
 - files and folders: the data sources' paths (`apertus.data.steps.sources_of`; a folder's `glob`
   must match a file), `data.robots.directory` and the judge's rubric and template files (as the
   jobs find them, `apertus.core.config.shipped_path`), the language-ID `model_path`
-  (`apertus.data.language.model_path_for`), the classifiers' labels and heads, user
+  (`apertus.data.lid_models.model_path_for`), the classifiers' labels and heads, user
   conversations (`posttrain.instructions.source.jsonl`), lm-eval's `include_path` and
   `data_home` (`apertus.evaluate.lmeval.include_dirs`, `data_home_env`);
 - models and tokenizers named by a folder or a Hub id (`tokenize.tokenizer.source`, the xlmr
@@ -91,9 +91,9 @@ def input_problems(
 def _offline(config: Mapping[str, Any]) -> bool:
     """Whether the jobs may not reach the Hub: config `offline` (common.smk sets the variables
     for every job) or the variables already set here (the jobs inherit them)."""
-    from apertus.data.language import _hub_offline
+    from apertus.data.lid_models import hub_offline
 
-    return bool(config["offline"]) or _hub_offline()
+    return bool(config["offline"]) or hub_offline()
 
 
 # --- folders, Hub ids and the Hugging Face cache ------------------------------------------------
@@ -233,7 +233,7 @@ def _any_file(folder: Path, pattern: str) -> bool:
 def _data_model_problems(data: Mapping[str, Any], offline: bool) -> list[str]:
     """The robots.txt folder, the language-ID model and the quality and toxicity classifiers'
     encoders, heads and labels."""
-    from apertus.data.language import GLOTLID_FILE, GLOTLID_REPO, model_path_for
+    from apertus.data.lid_models import GLOTLID_FILE, GLOTLID_REPO, model_path_for
 
     problems = []
     robots = data["robots"]

@@ -41,9 +41,9 @@ from datatrove.utils.lid import FT176LID
 
 from apertus.core.config import load_config
 from apertus.data.classifiers import train_ngram_classifier
-from apertus.data.config import DataConfig
-from apertus.data.language import bundled_ft176_path
-from apertus.data.pipeline import filter_steps, resolve_source, run_pipeline
+from apertus.data.config import DataConfig, resolve_source
+from apertus.data.lid_models import bundled_ft176_path
+from apertus.data.pipeline import filter_steps, run_pipeline
 from apertus.data.quality import FAMILY_DEFAULTS, GOPHER_STOP_WORDS, word_tokenizer_available
 from apertus.data.robots import snapshot_from_directory, url_host, write_snapshot
 from apertus.data.sample_corpus import make_sample_corpus

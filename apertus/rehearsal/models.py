@@ -255,7 +255,7 @@ def relabel_fasttext(model: bytes, labels: dict[str, str]) -> bytes:
 
 def build_glotlid(path: Path) -> None:
     """lid.176 with GlotLID's labels, where ``data.language.model_path`` reads it."""
-    from apertus.data.language import bundled_ft176_path
+    from apertus.data.lid_models import bundled_ft176_path
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(relabel_fasttext(bundled_ft176_path().read_bytes(), GLOTLID_LABELS))

@@ -13,11 +13,10 @@ import pytest
 from datatrove.data import Document
 
 from apertus.core import ApertusError
-from apertus.data.language import (
+from apertus.data.language import LanguageFilter, LanguageTagger
+from apertus.data.lid_models import (
     GLOTLID_FILE,
     GLOTLID_REPO,
-    LanguageFilter,
-    LanguageTagger,
     bundled_ft176_path,
     glotlid_path,
     model_path_for,
