@@ -1,7 +1,9 @@
 """Apertus <-> Hugging Face ``transformers`` (``ApertusForCausalLM``): the one key map between our
 state dict and theirs, the ``config.json`` of a model shape, and our state dict under their keys,
 as torchtitan keeps it in ``models/llama3/state_dict_adapter.py``. Used by the export stage
-(`apertus.export.hf`) and by the tests that compare the model with transformers'.
+(`apertus.export.hf`), by the trainer to start from a Hugging Face checkpoint
+(`ApertusStateDictAdapter`, `checkpoint.initial_mode: hf`) and by the tests that compare the
+model with transformers'.
 
 Configuration fields of ``transformers.ApertusConfig`` 5.x and what they must say for our model
 (``modeling_apertus``): ``hidden_act="xielu"`` (the xIELU init values, beta and eps are not
@@ -19,6 +21,7 @@ import re
 from typing import Any
 
 import torch
+from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
 from apertus.core import ApertusError
 from apertus.model.model import ApertusModel
@@ -26,6 +29,7 @@ from apertus.model.model import ApertusModel
 __all__ = [
     "EXPORT_DTYPES",
     "HF_KEY_RULES",
+    "ApertusStateDictAdapter",
     "apertus_key",
     "export_dtype",
     "hf_config",
@@ -154,3 +158,24 @@ def hf_state_dict(
     it); every tensor is its own copy, so no two keys share storage."""
     target = export_dtype(dtype)
     return {hf_key(key): value.to(target).contiguous().clone() for key, value in state.items()}
+
+
+class ApertusStateDictAdapter(StateDictAdapter):
+    """torchtitan's adapter for ``checkpoint.initial_load_in_hf``: the model's state dict under
+    transformers' keys and back, the tensors themselves untouched, so that DCP's safetensors
+    reader (``get_hf_storage_reader``) fills the model's own tensors, each rank its shards, in
+    the dtype they have (a bfloat16 file is read into float32 master weights)."""
+
+    def __init__(self, model_config: ApertusModel.Config, hf_assets_path: str | None):
+        # Not torchtitan's: it looks for a safetensors index under `hf_assets_path` (for saving
+        # in HF format, which the trainer never does: export is its own stage) and warns in
+        # every run that the data folder holds none.
+        self.model_config = model_config
+        self.hf_assets_path = hf_assets_path
+        self.fqn_to_index_mapping = None
+
+    def to_hf(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        return {hf_key(key): value for key, value in state_dict.items()}
+
+    def from_hf(self, hf_state_dict: dict[str, Any]) -> dict[str, Any]:
+        return {apertus_key(key): value for key, value in hf_state_dict.items()}

@@ -57,6 +57,7 @@ from apertus.train.run_spec import (
     MASTER_DTYPE,
     REDUCE_DTYPE,
     SPEC_ENV,
+    WEIGHTS_ONLY_MODES,
     RunSpec,
     load_run_spec,
     preflight,
@@ -191,7 +192,10 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
             interval=spec.checkpoint.interval,
             initial_load_path=initial,
             initial_load_model_only=initial is not None
-            and spec.checkpoint.initial_mode == "weights",
+            and spec.checkpoint.initial_mode in WEIGHTS_ONLY_MODES,
+            # A Hugging Face folder: its safetensors through the model spec's state-dict
+            # adapter (apertus.model.state_dict_adapter), each rank reading its shards.
+            initial_load_in_hf=initial is not None and spec.checkpoint.initial_mode == "hf",
             # Continuing a phase: everything but the data position, which belongs to the old
             # phase. Only while this run has no checkpoint of its own (then `initial` is None).
             exclude_from_loading=(

@@ -99,9 +99,11 @@ from apertus.tokenize.phases import PhaseDataset
 from apertus.train.schedule import BatchRamp
 
 __all__ = [
+    "INITIAL_MODES",
     "MASTER_DTYPE",
     "REDUCE_DTYPE",
     "SPEC_ENV",
+    "WEIGHTS_ONLY_MODES",
     "AdEMAMixSpec",
     "BatchRampSpec",
     "CheckpointSpec",
@@ -231,6 +233,11 @@ class GoldfishSpec:
         )
 
 
+# How a stage takes its checkpoint.initial (`CheckpointSpec.initial_mode`); the model-only ones.
+INITIAL_MODES = ("weights", "continue", "restart", "hf")
+WEIGHTS_ONLY_MODES = ("weights", "hf")
+
+
 @dataclass(frozen=True)
 class CheckpointSpec:
     """DCP checkpoints: saved every `interval` steps and at the end, resumed automatically;
@@ -246,7 +253,9 @@ class CheckpointSpec:
     long-context stages, SFT), "continue" carries on the previous run's optimizer, schedule and
     step count with fresh data (the next pretraining phase), "restart" all of it, the data
     position included, under this spec's LR schedule (a diverged run taken up again from one of
-    its own checkpoints, on the same data, with a lower LR: `pretrain.restart`)."""
+    its own checkpoints, on the same data, with a lower LR: `pretrain.restart`), "hf" starts a
+    new stage, as "weights" does, from a Hugging Face ``ApertusForCausalLM`` folder
+    (`apertus.model.hf_checkpoint`: its config.json must be the flavor's shape)."""
 
     def __post_init__(self) -> None:
         _check(
@@ -266,8 +275,8 @@ class CheckpointSpec:
             "checkpoint.initial must be a path or null",
         )
         _check(
-            self.initial_mode in ("weights", "continue", "restart"),
-            "checkpoint.initial_mode must be 'weights', 'continue' or 'restart', got "
+            self.initial_mode in INITIAL_MODES,
+            "checkpoint.initial_mode must be 'weights', 'continue', 'restart' or 'hf', got "
             f"{self.initial_mode!r}",
         )
 
@@ -541,7 +550,7 @@ class RunSpec(TrainingSettings):
         ``step-N`` name; a checkpoint folder is resolved to its last step), any other run at
         0."""
         ckpt = self.checkpoint
-        if ckpt.initial is None or ckpt.initial_mode == "weights":
+        if ckpt.initial is None or ckpt.initial_mode in WEIGHTS_ONLY_MODES:
             return 0
         match = _STEP_DIR.match(Path(ckpt.initial).name)
         if match is None:
@@ -934,7 +943,19 @@ def preflight(spec: RunSpec, *, world_size: int) -> Preflight:
     if spec.checkpoint.initial is not None and not checkpoint_steps(
         Path(spec.checkpoint.folder).absolute()
     ):
-        initial = resolve_initial_checkpoint(spec.checkpoint.initial)
+        if spec.checkpoint.initial_mode == "hf":
+            from apertus.model.hf_checkpoint import check_hf_checkpoint
+
+            where = f"checkpoint.initial {spec.checkpoint.initial}"
+            try:
+                checkpoint = check_hf_checkpoint(
+                    spec.checkpoint.initial, spec.flavor, spec.model_overrides
+                )
+            except ApertusError as e:
+                raise ApertusError(f"{where}: {e}") from None
+            initial = checkpoint.folder
+        else:
+            initial = resolve_initial_checkpoint(spec.checkpoint.initial)
     first_step = spec.first_step()
     if first_step >= spec.steps:
         raise ApertusError(

@@ -76,15 +76,19 @@ RUN = {
 # Data and helpers
 
 
-def write_source(directory: Path, n_docs: int, seed: int, *, max_token: int = 67) -> None:
-    """A DocumentTokenizer-style shard directory (one .ds file, uint16) with its checksums."""
+def write_source(
+    directory: Path, n_docs: int, seed: int, *, max_token: int = 67, doc_tokens: int = 0
+) -> None:
+    """A DocumentTokenizer-style shard directory (one .ds file, uint16) with its checksums.
+    `doc_tokens`: every document that long, <s> and </s> included (else 10 to 121)."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     successors = rng.integers(3, 67, size=(VOCAB, 2))
     docs = []
     for _ in range(n_docs):
         body = [int(rng.integers(3, 67))]
-        for _ in range(int(rng.integers(8, 120)) - 1):
+        length = doc_tokens - 2 if doc_tokens else int(rng.integers(8, 120))
+        for _ in range(length - 1):
             body.append(int(successors[body[-1], rng.integers(0, 2)]))
         docs.append(np.array([BOS, *body, EOS], dtype="<u2"))
     docs[-1][1] = max_token  # the largest id, so a test can push it out of the vocabulary

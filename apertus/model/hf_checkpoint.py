@@ -1,0 +1,168 @@
+"""A Hugging Face ``ApertusForCausalLM`` folder as the start of a stage: what is checked before
+any rank starts, and what is recorded of it. No torch: the launcher and the plan-time checks read
+it.
+
+- `check_hf_checkpoint`: the folder's ``config.json`` is an Apertus causal LM (``model_type``
+  apertus, ``ApertusForCausalLM``, xIELU, untied embeddings) of the flavor's shape (every field
+  that differs is named with both values), and every weight file it lists is there: the single
+  ``model.safetensors``, or the files of ``model.safetensors.index.json``.
+- `weight_digests`: the sha256 and size of each of those files, for the manifests and the
+  release's provenance.
+
+torchtitan reads the weights themselves (``checkpoint.initial_load_in_hf``) through
+`apertus.model.state_dict_adapter.ApertusStateDictAdapter`: each rank reads the parts of the
+safetensors files that its shards need, so no rank holds the whole model. What such a checkpoint
+lacks (the optimizer's state, the data position, the step) a stage started from it begins
+afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from apertus.core import ApertusError
+from apertus.core.files import sha256_file
+from apertus.model.shapes import FLAVOR_SHAPES, Shape
+
+__all__ = [
+    "HF_SHAPE_FIELDS",
+    "HFCheckpoint",
+    "check_hf_checkpoint",
+    "config_problems",
+    "weight_digests",
+]
+
+CONFIG_FILE = "config.json"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+# (our shape field, its transformers ApertusConfig field)
+HF_SHAPE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("dim", "hidden_size"),
+    ("n_layers", "num_hidden_layers"),
+    ("n_heads", "num_attention_heads"),
+    ("n_kv_heads", "num_key_value_heads"),
+    ("head_dim", "head_dim"),
+    ("ffn_hidden", "intermediate_size"),
+    ("vocab_size", "vocab_size"),
+)
+
+
+@dataclass(frozen=True)
+class HFCheckpoint:
+    """A checked Hugging Face checkpoint folder and the weight files it is made of."""
+
+    folder: Path
+    weight_files: tuple[str, ...]
+    config: Mapping[str, Any]
+
+
+def _shape(flavor: str, overrides: Mapping[str, Any]) -> Shape:
+    if flavor not in FLAVOR_SHAPES:
+        raise ApertusError(
+            f"unknown model flavor {flavor!r}; known flavors: {', '.join(FLAVOR_SHAPES)}"
+        )
+    names = {field.name for field in fields(Shape)}
+    return replace(FLAVOR_SHAPES[flavor], **{k: v for k, v in overrides.items() if k in names})
+
+
+def config_problems(
+    config: Mapping[str, Any], flavor: str, overrides: Mapping[str, Any] | None = None
+) -> list[str]:
+    """What in a transformers ``config.json`` keeps it from being the start of a model of
+    `flavor` (with its shape `overrides`): another architecture first (then nothing else is
+    compared), else each shape field that differs, with both values."""
+    model_type = config.get("model_type")
+    architectures = config.get("architectures") or []
+    if model_type != "apertus" or "ApertusForCausalLM" not in architectures:
+        found = ", ".join(map(str, architectures)) or "no architectures"
+        return [
+            f"model_type {model_type!r} ({found}): not an Apertus causal LM; the pipeline "
+            "trains model_type 'apertus' (ApertusForCausalLM)"
+        ]
+    problems = []
+    if config.get("hidden_act", "xielu") != "xielu":
+        problems.append(f"hidden_act is {config['hidden_act']!r}, the flavor's is 'xielu'")
+    if config.get("tie_word_embeddings", False):
+        problems.append("tie_word_embeddings is true; the flavor's lm_head is its own (untied)")
+    for flag in ("attention_bias", "mlp_bias"):
+        if config.get(flag, False):
+            problems.append(f"{flag} is true; the flavor has no biases")
+    shape = _shape(flavor, overrides or {})
+    heads = config.get("num_attention_heads")
+    for ours, theirs in HF_SHAPE_FIELDS:
+        expected = shape.attention_head_dim if ours == "head_dim" else getattr(shape, ours)
+        value = config.get(theirs)
+        if ours == "head_dim" and value is None and heads and config.get("hidden_size"):
+            value = config["hidden_size"] // heads  # transformers' default head_dim
+        if value != expected:
+            problems.append(f"{theirs} is {value!r}, flavor {flavor!r} has {ours} {expected}")
+    return problems
+
+
+def _weight_files(folder: Path) -> tuple[str, ...]:
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ApertusError(f"{index}: not a safetensors index ({e})") from None
+    elif (folder / SINGLE_FILE).is_file():
+        names = [SINGLE_FILE]
+    else:
+        raise ApertusError(
+            f"{folder}: no {SINGLE_FILE} and no {INDEX_FILE}: not a Hugging Face checkpoint in "
+            "safetensors (a .bin-only checkpoint: load and save it once with transformers)"
+        )
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        raise ApertusError(
+            f"{folder}: {INDEX_FILE} lists {len(names)} weight file(s), {len(missing)} of them "
+            f"missing: {', '.join(missing[:5])}"
+        )
+    return tuple(names)
+
+
+def check_hf_checkpoint(
+    folder: str | os.PathLike[str], flavor: str, overrides: Mapping[str, Any] | None = None
+) -> HFCheckpoint:
+    """The checkpoint in `folder`, or an ApertusError naming the folder and each problem
+    (`config_problems`, a missing or unreadable ``config.json``, a missing weight file)."""
+    path = Path(folder).absolute()
+    if not path.is_dir():
+        raise ApertusError(f"{path}: no such folder (a Hugging Face checkpoint to start from)")
+    config_path = path / CONFIG_FILE
+    try:
+        config = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        raise ApertusError(f"{path}: no {CONFIG_FILE}, so not a Hugging Face checkpoint") from None
+    except (OSError, ValueError) as e:
+        raise ApertusError(f"{config_path}: unreadable ({e})") from None
+    if not isinstance(config, dict):
+        raise ApertusError(f"{config_path}: not a JSON object")
+    problems = config_problems(config, flavor, overrides)
+    if problems:
+        raise ApertusError(
+            f"{config_path} does not match flavor {flavor!r}: " + "; ".join(problems)
+        )
+    return HFCheckpoint(path, _weight_files(path), config)
+
+
+def weight_digests(checkpoint: HFCheckpoint) -> dict[str, dict[str, Any]]:
+    """The sha256 and size of each weight file (and of ``config.json``), by file name."""
+    names = [CONFIG_FILE, *checkpoint.weight_files]
+    if (checkpoint.folder / INDEX_FILE).is_file():
+        names.append(INDEX_FILE)
+    return {
+        name: {
+            "sha256": sha256_file(checkpoint.folder / name),
+            "bytes": (checkpoint.folder / name).stat().st_size,
+        }
+        for name in sorted(names)
+    }

@@ -1,0 +1,225 @@
+"""A stage started from a Hugging Face checkpoint this project did not write: a tiny
+`ApertusForCausalLM` initialized and saved by transformers itself. Its folder is checked against
+the flavor before any rank starts; its weights reach the trainer through the state-dict adapter
+bit for bit; the first step's loss is the one transformers computes on the same batch."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from apertus.core import ApertusError
+from apertus.model.flavors import flavor
+from apertus.model.hf_checkpoint import check_hf_checkpoint, weight_digests
+from apertus.model.state_dict_adapter import ApertusStateDictAdapter, rope_parameters
+from apertus.tokenize.phases import PhaseSpec, build_phase_index
+from apertus.train.metrics import read_metrics
+from tests.train.test_torchtitan import (
+    GOLDFISH,
+    IGNORE,
+    VOCAB,
+    launch,
+    reference_labels,
+    run_ok,
+    windows,
+    write_source,
+    write_spec,
+)
+
+SEQ_LEN = 64
+
+
+def transformers_apertus(folder: Path, seed: int = 7, **config):
+    """A random `ApertusForCausalLM` of the debug flavor's shape, made and saved by transformers
+    (its own initialization and files); returns the model."""
+    from transformers import ApertusConfig, ApertusForCausalLM
+
+    shape = flavor("debug")
+    torch.manual_seed(seed)
+    fields = dict(
+        vocab_size=VOCAB,
+        hidden_size=shape.dim,
+        intermediate_size=shape.ffn_hidden,
+        num_hidden_layers=shape.n_layers,
+        num_attention_heads=shape.n_heads,
+        num_key_value_heads=shape.n_kv_heads,
+        head_dim=shape.attention_head_dim,
+        hidden_act="xielu",
+        max_position_embeddings=shape.max_seq_len,
+        rms_norm_eps=shape.norm_eps,
+        # The stage's RoPE (the run's, not the checkpoint's): the same numbers here, so that
+        # the losses compare.
+        rope_parameters=rope_parameters(shape),
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+    )
+    model = ApertusForCausalLM(ApertusConfig(**{**fields, **config})).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hf") / "apertus-debug"
+    model = transformers_apertus(folder)
+    return folder, model
+
+
+@pytest.fixture(scope="module")
+def one_document_windows(tmp_path_factory) -> Path:
+    """A phase whose windows are each one document (65 tokens, <s> ... </s>): a batch means the
+    same to a model with document masks and to transformers' plain causal attention."""
+    root = tmp_path_factory.mktemp("data")
+    write_source(root / "shards" / "web", 120, seed=5, doc_tokens=SEQ_LEN + 1)
+    tokens = json.loads((root / "shards" / "web" / "checksums.json").read_text())["tokens"]
+    spec = PhaseSpec(name="p1", tokens=tokens, seed=1, weights={"web": None})
+    build_phase_index(spec, {"web": root / "shards" / "web"}, root / "phase")
+    return root / "phase"
+
+
+def test_the_checkpoint_is_checked_against_the_flavor_before_any_rank(hf_folder, tmp_path):
+    folder, _ = hf_folder
+    checked = check_hf_checkpoint(folder, "debug", {"vocab_size": VOCAB})
+    assert checked.weight_files == ("model.safetensors",)
+    digests = weight_digests(checked)
+    assert set(digests) == {"config.json", "model.safetensors"}
+    assert digests["model.safetensors"]["bytes"] == (folder / "model.safetensors").stat().st_size
+
+    with pytest.raises(ApertusError) as e:  # the flavor's shape is not the checkpoint's
+        check_hf_checkpoint(folder, "tiny")
+    assert "hidden_size is 64, flavor 'tiny' has dim 256" in str(e.value)
+    assert "num_hidden_layers is 2, flavor 'tiny' has n_layers 4" in str(e.value)
+    assert "vocab_size is 256, flavor 'tiny' has vocab_size 8192" in str(e.value)
+
+    llama = tmp_path / "llama"  # another architecture
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    small = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+    )
+    LlamaForCausalLM(small).save_pretrained(llama)
+    with pytest.raises(ApertusError, match=r"model_type 'llama' \(LlamaForCausalLM\): not an"):
+        check_hf_checkpoint(llama, "debug", {"vocab_size": VOCAB})
+
+    broken = tmp_path / "broken"  # a weight file missing, then one the index lists missing
+    shutil.copytree(folder, broken)
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(ApertusError, match=r"no model\.safetensors and no model\.safetensors"):
+        check_hf_checkpoint(broken, "debug", {"vocab_size": VOCAB})
+    index = {"metadata": {}, "weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors"}}
+    (broken / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ApertusError, match="1 of them missing: model-00002-of-00002"):
+        check_hf_checkpoint(broken, "debug", {"vocab_size": VOCAB})
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(ApertusError, match=r"config.json: unreadable"):
+        check_hf_checkpoint(broken, "debug", {"vocab_size": VOCAB})
+
+
+def test_import_through_the_trainers_adapter_then_export_gives_back_the_same_tensors(
+    hf_folder, tmp_path
+):
+    """What torchtitan's `dcp_load(from_hf=True)` does with the adapter, on our model's own
+    tensors, then the export's write of them: every tensor of transformers' file, bit for bit
+    (float32), the xIELU scalars included."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    from apertus.export.hf import write_weights
+    from apertus.model.state_dict_adapter import hf_state_dict
+
+    folder, _ = hf_folder
+    shape = flavor("debug", vocab_size=VOCAB, attn_backend="sdpa")
+    model = shape.build()
+    adapter = ApertusStateDictAdapter(shape, None)
+    state = model.state_dict()
+    hf_view = adapter.to_hf(state)
+    dcp.load(hf_view, storage_reader=adapter.get_hf_storage_reader(str(folder)))
+    model.load_state_dict(adapter.from_hf(hf_view))
+
+    (tmp_path / "export").mkdir()
+    written = write_weights(hf_state_dict(model.state_dict()), tmp_path / "export", "5GB")
+    theirs = load_file(folder / "model.safetensors")
+    ours = load_file(tmp_path / "export" / written[0])
+    assert ours.keys() == theirs.keys()
+    for key, tensor in theirs.items():
+        assert ours[key].dtype == tensor.dtype == torch.float32, key
+        assert torch.equal(ours[key], tensor), key
+
+
+def transformers_loss(model, tokens: torch.Tensor, goldfish) -> float:
+    """transformers' mean cross-entropy over the labels the trainer keeps (the same EOD and
+    Goldfish masks), on windows that are one document each."""
+    inputs, labels = tokens[:, :-1], tokens[:, 1:]
+    kept = reference_labels(inputs, labels, goldfish)
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits
+    return F.cross_entropy(logits.flatten(0, 1).float(), kept.flatten(), ignore_index=IGNORE).item()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("goldfish", [None, GOLDFISH], ids=["plain", "goldfish"])
+def test_a_stage_from_the_checkpoint_starts_at_transformers_loss_and_trains_on(
+    hf_folder, one_document_windows, tmp_path, goldfish
+):
+    folder, model = hf_folder
+    directory = tmp_path / "run"
+    spec = write_spec(
+        directory,
+        one_document_windows,
+        steps=3,
+        model_overrides={"vocab_size": VOCAB},
+        lr={"kind": "constant", "peak": 1e-3, "warmup_steps": 1},
+        goldfish=({"enabled": False} if goldfish is None else {"k": goldfish[0], "h": goldfish[1]}),
+        checkpoint={
+            "folder": str(directory / "ckpt"),
+            "interval": 10,
+            "initial": str(folder),
+            "initial_mode": "hf",
+        },
+    )
+    proc = run_ok(spec, 1)
+    assert f"Loading from HF safetensors from --checkpoint.initial_load_path: {folder}" in (
+        proc.stdout + proc.stderr
+    )
+    metrics = read_metrics(directory / "out" / "metrics.jsonl")
+    assert sorted(metrics) == [1, 2, 3]  # it trains on from there
+    tokens, _ = windows(one_document_windows, SEQ_LEN, 0, 8)
+    expected = transformers_loss(model, tokens, goldfish)
+    assert metrics[1]["loss"] == pytest.approx(expected, abs=1e-4)
+    assert abs(expected - math.log(VOCAB)) < 0.5  # transformers' random init, not ours
+
+
+def test_a_checkpoint_of_another_shape_is_refused_before_torchrun(
+    hf_folder, one_document_windows, tmp_path
+):
+    """The run's vocabulary (the flavor's 256 here is the checkpoint's; the spec asks 512)."""
+    folder, _ = hf_folder
+    directory = tmp_path / "run"
+    spec = write_spec(
+        directory,
+        one_document_windows,
+        model_overrides={"vocab_size": 2 * VOCAB},
+        checkpoint={
+            "folder": str(directory / "ckpt"),
+            "initial": str(folder),
+            "initial_mode": "hf",
+        },
+    )
+    proc = launch(spec, 1)
+    assert proc.returncode != 0
+    assert "error:" in proc.stderr
+    assert f"checkpoint.initial {folder}: " in proc.stderr, proc.stderr
+    assert "vocab_size is 256, flavor 'debug' has vocab_size 512" in proc.stderr
+    assert "torchrun" not in proc.stdout
