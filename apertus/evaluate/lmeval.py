@@ -155,6 +155,8 @@ class LmEvalOptions(Config, key="evaluate.suite"):
         lm-eval's ``confirm_run_unsafe_code``, and ``HF_ALLOW_CODE_EVAL=1``).
     metadata: lm-eval's task metadata (``--metadata``), on top of the model arguments lm-eval
         passes itself, e.g. RULER's ``{"max_seq_lengths": [4096, 8192]}``.
+    gen_kwargs: generation settings over each generating task's own (``--gen_kwargs``), e.g.
+        ``{"max_gen_toks": 256}``; empty: the tasks' own.
     data_home: a folder of the side data lm-eval's task code loads besides the datasets
         (:data:`DATA_HOME_DIRS`: `evaluate` metric modules, NLTK data), given to lm-eval as
         ``HF_MODULES_CACHE`` and ``NLTK_DATA``; None: the user's own caches.
@@ -179,6 +181,7 @@ class LmEvalOptions(Config, key="evaluate.suite"):
     log_samples: bool
     confirm_run_unsafe_code: bool
     metadata: dict[str, Any]
+    gen_kwargs: dict[str, Any]
     data_home: str | None
 
     def __post_init__(self) -> None:
@@ -218,6 +221,13 @@ class LmEvalOptions(Config, key="evaluate.suite"):
                 raise ApertusError(f"{key}.{name} must be true or false")
         if not isinstance(self.metadata, dict):
             raise ApertusError(f"{key}.metadata must be a mapping, got {self.metadata!r}")
+        if not isinstance(self.gen_kwargs, dict):
+            raise ApertusError(f"{key}.gen_kwargs must be a mapping, got {self.gen_kwargs!r}")
+        for name, value in self.gen_kwargs.items():
+            if not isinstance(value, str | int | float | bool):
+                raise ApertusError(
+                    f"{key}.gen_kwargs.{name} must be a string, number or boolean, got {value!r}"
+                )
         if self.include_path is not None and (
             not isinstance(self.include_path, str) or not self.include_path
         ):
@@ -550,6 +560,8 @@ def lm_eval_command(
         command += ["--confirm_run_unsafe_code"]
     if options.metadata:
         command += ["--metadata", json.dumps(options.metadata)]
+    if options.gen_kwargs:
+        command += ["--gen_kwargs", json.dumps(options.gen_kwargs)]
     if options.log_samples:
         command += ["--log_samples"]
     return [*command, "--output_path", output_path]
@@ -679,6 +691,7 @@ def run_suite(
             apply_chat_template=options.chat_template,
             fewshot_as_multiturn=options.chat_template,
             confirm_run_unsafe_code=options.confirm_run_unsafe_code,
+            gen_kwargs=dict(options.gen_kwargs) or None,
             random_seed=seed,
             numpy_random_seed=seed,
             torch_random_seed=seed,

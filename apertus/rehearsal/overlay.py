@@ -100,6 +100,7 @@ SIZE_KEYS = (
     "evaluate.*.device",
     "evaluate.*.model_args.parallelize",  # the model over the job's GPUs (layout)
     "evaluate.instruct.metadata.max_seq_lengths",
+    "evaluate.*.gen_kwargs.max_gen_toks",
     "evaluate.memorization.suffix_tokens",
 )
 # What the code does otherwise on a CPU than on the preset's GPUs, for the same keys (the

@@ -462,6 +462,23 @@ def test_instruct_generation_stops_at_the_exports_end_tokens(chat_run):
     assert decode([stop]) and not decode([chat_run["end"]], skip_special_tokens=True)
 
 
+def test_gen_kwargs_cap_every_generation_of_the_step_and_its_command(chat_run, tmp_path):
+    """`gen_kwargs: {max_gen_toks: 1}`: the answer is the first greedy token (the model would
+    write more before its stop token), in the step and in its command.sh."""
+    config = json.dumps(
+        {"instruct": {"tasks": [{"task": "chat_answer"}], "gen_kwargs": {"max_gen_toks": 1}}}
+    )
+    out = tmp_path / "run"
+    main(["instruct", "--config", config, "--manifest", str(tmp_path / "run.manifest.json"),
+          "--model", str(chat_run["model"]), "--tasks", str(chat_run["root"] / "tasks"),
+          "--output", str(out)])  # fmt: skip
+    (answer,) = samples(out, "chat_answer")
+    tokens = chat_run["tokens"]
+    assert len(tokens) > 1
+    assert answer["resps"][0][0] == chat_run["tokenizer"].decode(tokens[:1])
+    assert """--gen_kwargs '{"max_gen_toks": 1}'""" in (out / "command.sh").read_text()
+
+
 def test_instruct_step_writes_its_scores_and_command(chat_run):
     manifest = json.loads((chat_run["root"] / "run.manifest.json").read_text())
     scores = manifest["summary"]["scores"]
@@ -514,6 +531,7 @@ def test_an_unknown_instruct_task_is_an_error_line_of_the_step(
         ({"batch_size": 0}, r"^evaluate\.instruct\.batch_size"),
         ({"confirm_run_unsafe_code": "yes"}, r"instruct\.confirm_run_unsafe_code"),
         ({"metadata": [1]}, r"instruct\.metadata"),
+        ({"gen_kwargs": {"until": [["x"]]}}, r"instruct\.gen_kwargs\.until must be a string"),
         ({"tasks": [{"task": "ifeval", "shots": 5}]}, r"instruct\.tasks\[0\]: unknown key"),
     ],
 )
@@ -539,6 +557,7 @@ def test_instruct_command_arguments_round_trip_through_lm_evals_parser(evaluated
             "tasks": [{"task": "ruler"}],
             "confirm_run_unsafe_code": True,
             "metadata": {"max_seq_lengths": [4096, 8192]},
+            "gen_kwargs": {"max_gen_toks": 64, "temperature": 0.0},
         }
     )
     invocation = Invocation(("humaneval_instruct", "ruler"), None, None, True)
@@ -548,6 +567,7 @@ def test_instruct_command_arguments_round_trip_through_lm_evals_parser(evaluated
     assert args.apply_chat_template is True and args.fewshot_as_multiturn is True
     assert args.confirm_run_unsafe_code is True
     assert args.metadata == {"max_seq_lengths": [4096, 8192]}
+    assert args.gen_kwargs == {"max_gen_toks": 64, "temperature": 0.0}
 
 
 def test_a_task_whose_code_needs_an_absent_package_is_refused_naming_the_extra(monkeypatch):

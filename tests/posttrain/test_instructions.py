@@ -128,7 +128,7 @@ def test_the_same_config_gives_the_same_set_and_another_seed_another(instruction
 def test_every_split_is_balanced_over_six_languages(instruction_set):
     counts = instruction_set.counts()
     assert counts["train"]["total"] == 1600
-    assert counts["qrpo"]["total"] == 120 and counts["heldout"]["total"] == 360
+    assert counts["qrpo"]["total"] == 120 and counts["heldout"]["total"] == 240
     for split in ("train", "qrpo", "heldout"):
         per_language = {k: v for k, v in counts[split].items() if k != "total"}
         assert set(per_language) == set(LANGS)
@@ -182,7 +182,7 @@ def test_splits_share_no_prompt_and_prompts_have_the_qrpo_format(instruction_set
     train = {key(c["messages"][:-1]) for c in instruction_set.train}
     qrpo = {key(p["messages"]) for p in instruction_set.qrpo}
     heldout = {key(p["messages"]) for p in instruction_set.heldout}
-    assert len(train) == 1600 and len(qrpo) == 120 and len(heldout) == 360
+    assert len(train) == 1600 and len(qrpo) == 120 and len(heldout) == 240
     assert not (train & qrpo) and not (train & heldout) and not (qrpo & heldout)
     for prompt in instruction_set.qrpo + instruction_set.heldout:
         assert set(prompt) == {"id", "language", "messages", "reference"}
