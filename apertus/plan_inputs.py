@@ -40,6 +40,7 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -80,6 +81,7 @@ def input_problems(
             *_data_problems(config["data"], offline),
             *_tokenizer_problems(config["tokenize"], offline),
             *_restart_problems(config["pretrain"]),
+            *_init_from_problems(config["pretrain"], config["tokenize"], offline),
             *_evaluate_problems(config),
         ]
         if config["posttrain"]["enabled"]:
@@ -316,6 +318,51 @@ def _restart_problems(pretrain: Mapping[str, Any]) -> list[str]:
         reason = str(e).removeprefix("checkpoint.initial ")
         return [f"key 'pretrain.restart.checkpoint' is {restart['checkpoint']!r}: {reason}"]
     return []
+
+
+def _init_from_problems(
+    pretrain: Mapping[str, Any], tokenize: Mapping[str, Any], offline: bool
+) -> list[str]:
+    """The released checkpoint the first phase starts from: where the stage finds it (a
+    folder; a Hub id, offline in the cache), its config.json against the flavor when it is at
+    hand (a folder, the cache), and the tokenizer the run tokenizes with, which must be its."""
+    from apertus.model.hf_checkpoint import CONFIG_FILE, SINGLE_FILE, check_hf_checkpoint
+    from apertus.model.shapes import FLAVOR_SHAPES
+
+    start = pretrain.get("init_from")
+    if start is None:
+        return []
+    model, revision = start["model"], start.get("revision")
+    where = "pretrain.init_from.model"
+    problems = []
+    source = tokenize["tokenizer"]["source"]
+    if source != model:
+        problems.append(
+            f"key 'tokenize.tokenizer.source' is {source!r}: a run that starts from "
+            f"{model!r} (pretrain.init_from) tokenizes with its tokenizer; set "
+            f"tokenize.tokenizer.source to {model!r}"
+        )
+    folder = Path(model)
+    if not folder.is_dir():
+        found = _model_location(where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint")
+        if found or not _is_hub_id(model):
+            return problems + found
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, CONFIG_FILE, revision=revision)
+        if not isinstance(cached, str):
+            return problems  # online and not cached: the stage downloads it, then checks it
+        folder = Path(cached).parent
+    try:
+        # The stage sizes the embedding by the data's vocabulary when the flavor's is smaller
+        # (apertus.train.stage.vocabulary_cover): the checkpoint's tokenizer's, so its own.
+        vocab = json.loads((folder / CONFIG_FILE).read_text()).get("vocab_size")
+        shape = FLAVOR_SHAPES.get(pretrain["flavor"])
+        covered = max(vocab, shape.vocab_size) if shape and isinstance(vocab, int) else vocab
+        check_hf_checkpoint(folder, pretrain["flavor"], {"vocab_size": covered})
+    except (ApertusError, OSError, ValueError) as e:
+        problems.append(f"key '{where}' is {model!r}: {e}")
+    return problems
 
 
 # --- evaluation ---------------------------------------------------------------------------------

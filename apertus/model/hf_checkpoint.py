@@ -31,9 +31,11 @@ from apertus.model.shapes import FLAVOR_SHAPES, Shape
 
 __all__ = [
     "HF_SHAPE_FIELDS",
+    "HUB_PATTERNS",
     "HFCheckpoint",
     "check_hf_checkpoint",
     "config_problems",
+    "resolve_hf_checkpoint",
     "weight_digests",
 ]
 
@@ -152,6 +154,58 @@ def check_hf_checkpoint(
             f"{config_path} does not match flavor {flavor!r}: " + "; ".join(problems)
         )
     return HFCheckpoint(path, _weight_files(path), config)
+
+
+# What a start needs of a Hub repository (not its other files: .bin copies, GGUF, ...).
+HUB_PATTERNS = (
+    CONFIG_FILE,
+    "generation_config.json",
+    "*.safetensors",
+    INDEX_FILE,
+    "tokenizer*",
+    "special_tokens_map.json",
+    "chat_template*",
+)
+
+
+def resolve_hf_checkpoint(
+    model: str, revision: str | None = None, *, offline: bool, cache_dir: str | None = None
+) -> tuple[Path, str | None]:
+    """The local folder of `model` (a folder, or a Hub id at `revision`, downloaded into the
+    Hugging Face cache unless it is there; offline: the cache only) and the commit it is at
+    (None for a local folder), or an ApertusError saying what to do."""
+    path = Path(model)
+    if path.is_dir():
+        if revision is not None:
+            raise ApertusError(
+                f"init_from.revision {revision!r} is for a Hub id; {model!r} is a local folder"
+            )
+        return path.absolute(), None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    where = f"{model}@{revision or 'main'}"
+    try:
+        folder = snapshot_download(
+            model,
+            revision=revision,
+            allow_patterns=list(HUB_PATTERNS),
+            local_files_only=offline,
+            cache_dir=cache_dir,
+        )
+    except LocalEntryNotFoundError:
+        raise ApertusError(
+            f"{where} is not in the Hugging Face cache and the run is offline: download it "
+            f"once with network access (`hf download {model}"
+            + (f" --revision {revision}" if revision else "")
+            + "`), or name a local copy"
+        ) from None
+    except (HfHubHTTPError, OSError, ValueError) as e:
+        raise ApertusError(
+            f"{where}: could not be fetched from the Hugging Face Hub ({e})"
+        ) from None
+    folder = Path(folder)
+    return folder, folder.name  # a snapshot folder is named by its commit
 
 
 def weight_digests(checkpoint: HFCheckpoint) -> dict[str, dict[str, Any]]:

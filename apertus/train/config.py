@@ -13,7 +13,7 @@ from apertus.core import ApertusError
 from apertus.core.typed import Config
 from apertus.train.run_spec import BatchRampSpec, TrainingSettings
 
-__all__ = ["LongContextStage", "PretrainConfig", "PretrainLR", "PretrainRestart"]
+__all__ = ["InitFrom", "LongContextStage", "PretrainConfig", "PretrainLR", "PretrainRestart"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,17 @@ class PretrainRestart(Config, key="pretrain.restart"):
     (one WSD schedule); a long-context stage's own ``lr``. None: the configured one."""
 
 
+@dataclass(frozen=True)
+class InitFrom(Config, key="pretrain.init_from"):
+    """A released Hugging Face checkpoint the first phase starts from (its weights only):
+    `apertus.model.hf_checkpoint` finds it and checks it against the flavor."""
+
+    model: str
+    """A Hub id or a local folder."""
+    revision: str | None = None
+    """The Hub revision (branch, tag or commit); None: main. Only for a Hub id."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     """The ``pretrain:`` section (config/README.md): the settings every stage's run spec takes
@@ -86,6 +97,8 @@ class PretrainConfig(TrainingSettings, Config, key="pretrain"):
     """A phase trained a second time without Goldfish (`apertus.train.plan`); None: none."""
     restart: PretrainRestart | None = None
     """A diverged stage restarted from one of its checkpoints with a new LR; None: none."""
+    init_from: InitFrom | None = None
+    """The released checkpoint the first phase starts from; None: random weights."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

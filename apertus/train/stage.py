@@ -138,10 +138,16 @@ def vocabulary_cover(flavor_name: str, phase_dir: Path) -> dict[str, int]:
 
 
 def run_spec(
-    cfg: PretrainConfig, name: str, phases_root: Path, previous: Mapping[str, Any] | None
+    cfg: PretrainConfig,
+    name: str,
+    phases_root: Path,
+    previous: Mapping[str, Any] | None,
+    hf_start: Path | None = None,
 ) -> RunSpec:
     """The torchtitan run spec of pretraining stage `name` (the `pretrain:` config, the previous
-    stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s."""
+    stage's run.json); how it starts from the previous stage is `apertus.train.plan`'s. The
+    first phase (and its Goldfish control) starts from the Hugging Face checkpoint folder
+    `hf_start` when `pretrain.init_from` names one (`resolve_start`)."""
     stage = planned_stage(cfg, name)
     if stage.kind == "control":
         # Its phase's run, Goldfish off (apertus.train.plan): same start, data and schedule;
@@ -149,7 +155,7 @@ def run_spec(
         phase = name.removesuffix(CONTROL_SUFFIX)
         if cfg.restart is not None and cfg.restart.stage == phase:
             cfg = dataclasses.replace(cfg, restart=None)
-        spec = run_spec(cfg, phase, phases_root, previous)
+        spec = run_spec(cfg, phase, phases_root, previous, hf_start)
         return dataclasses.replace(spec, goldfish=dataclasses.replace(spec.goldfish, enabled=False))
     if stage.previous is not None and previous is None:
         kind = "long-context stage" if stage.kind == "long_context" else "phase"
@@ -162,6 +168,8 @@ def run_spec(
         initial=previous["final_checkpoint"] if stage.previous is not None else None,
         initial_mode="continue" if stage.start == "continue" else "weights",
     )
+    if stage.previous is None and hf_start is not None:
+        checkpoint = dataclasses.replace(checkpoint, initial=str(hf_start), initial_mode="hf")
     restart = cfg.restart
     if restart is not None and restart.stage == name:
         # Everything of its own checkpoint (`initial_mode: restart`); the key of the work
@@ -360,6 +368,40 @@ def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[st
     }
 
 
+# What a Hugging Face checkpoint does not hold, which a stage started from one begins afresh.
+NOT_IN_HF_CHECKPOINT = ("optimizer state (AdEMAMix starts at zero)", "step count and LR "
+                        "schedule (the warmup is the config's)", "data position")  # fmt: skip
+
+
+def resolve_start(cfg: PretrainConfig, name: str) -> tuple[Path, str | None] | None:
+    """The local folder of `pretrain.init_from` when stage `name` starts from it (the first
+    phase, its Goldfish control), downloaded if need be, and the Hub commit it is at
+    (`apertus.model.hf_checkpoint.resolve_hf_checkpoint`); else None."""
+    if cfg.init_from is None or planned_stage(cfg, name).previous is not None:
+        return None
+    from apertus.data.lid_models import hub_offline
+    from apertus.model.hf_checkpoint import resolve_hf_checkpoint
+
+    return resolve_hf_checkpoint(cfg.init_from.model, cfg.init_from.revision, offline=hub_offline())
+
+
+def start_record(cfg: PretrainConfig, spec: RunSpec, commit: str | None) -> dict[str, Any]:
+    """What the manifest says of the checkpoint `spec` starts from: the model, its revision and
+    commit, the sha256 of every weight file, and what such a checkpoint does not hold. Its
+    shape is checked here with the run's own (the flavor, the data's vocabulary)."""
+    from apertus.model.hf_checkpoint import check_hf_checkpoint, weight_digests
+
+    assert cfg.init_from is not None and spec.checkpoint.initial is not None
+    checked = check_hf_checkpoint(spec.checkpoint.initial, spec.flavor, spec.model_overrides)
+    return {
+        "model": cfg.init_from.model,
+        "revision": cfg.init_from.revision,
+        "commit": commit,
+        "files": weight_digests(checked),
+        "not_in_checkpoint": list(NOT_IN_HF_CHECKPOINT),
+    }
+
+
 def main(argv=None):
     parser = stage_parser("pretrain", __doc__.splitlines()[0])
     parser.add_argument("--name", required=True)
@@ -381,7 +423,9 @@ def main(argv=None):
         if previous is not None
         else None
     )
-    spec = run_spec(cfg, args.name, args.phases_root, starting)
+    start = resolve_start(cfg, args.name)
+    spec = run_spec(cfg, args.name, args.phases_root, starting, start[0] if start else None)
+    started_from = start_record(cfg, spec, start[1]) if start else None
     assert spec.phase_dir is not None
     phase_json = Path(spec.phase_dir) / PHASE_FILE
     # The previous stage's checkpoint is an input too: its bytes are checked against that
@@ -398,6 +442,8 @@ def main(argv=None):
         manifest=args.manifest,
         seed=cfg.seed,
     ) as step:
+        if started_from is not None:
+            step.summary["init_from"] = started_from
         if spec.checkpoint.initial_mode == "restart" and cfg.restart is not None:
             step.summary["restarted_from"] = {
                 "checkpoint": cfg.restart.checkpoint,
@@ -408,7 +454,8 @@ def main(argv=None):
             step,
             spec,
             name=args.name,
-            key_material=[phase_json.read_text(), previous],
+            # A start's weight files by their digests: other bytes, another run.
+            key_material=[phase_json.read_text(), previous, *([started_from] if start else [])],
             work_root=args.work_root,
             output=args.output,
             nproc=cfg.nproc,

@@ -20,6 +20,7 @@ from apertus.model.hf_checkpoint import check_hf_checkpoint, weight_digests
 from apertus.model.state_dict_adapter import ApertusStateDictAdapter, rope_parameters
 from apertus.tokenize.phases import PhaseSpec, build_phase_index
 from apertus.train.metrics import read_metrics
+from tests.train.test_stage import phases  # noqa: F401  (the fixture)
 from tests.train.test_torchtitan import (
     GOLDFISH,
     IGNORE,
@@ -63,7 +64,28 @@ def transformers_apertus(folder: Path, seed: int = 7, **config):
     )
     model = ApertusForCausalLM(ApertusConfig(**{**fields, **config})).eval()
     model.save_pretrained(folder)
+    save_tokenizer(folder)
     return model
+
+
+def save_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer of VOCAB ids with <unk> <s> </s> <pad> first, saved by
+    transformers (`PreTrainedTokenizerFast.save_pretrained`)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    vocab = {token: i for i, token in enumerate([*specials, *map(str, range(VOCAB - 4))])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+    )
+    tokenizer.save_pretrained(folder)
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +245,72 @@ def test_a_checkpoint_of_another_shape_is_refused_before_torchrun(
     assert f"checkpoint.initial {folder}: " in proc.stderr, proc.stderr
     assert "vocab_size is 256, flavor 'debug' has vocab_size 512" in proc.stderr
     assert "torchrun" not in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# pretrain.init_from: the config key, checked before any job
+
+
+def init_from_problems(folder, *overrides):
+    from apertus.core.config import load_config
+    from apertus.plan_check import plan_problems
+
+    keys = [f"pretrain.init_from={{model: {folder}}}", f"tokenize.tokenizer.source={folder}"]
+    return plan_problems(load_config((), [*keys, "pretrain.flavor=debug", *overrides]))
+
+
+def test_init_from_is_checked_with_the_flavor_and_the_tokenizer_before_any_job(hf_folder):
+    folder, _ = hf_folder
+    assert init_from_problems(folder) == []  # the checkpoint and its tokenizer pass
+    found = " | ".join(init_from_problems(folder, "pretrain.flavor=tiny"))
+    assert f"key 'pretrain.init_from.model' is '{folder}'" in found
+    assert "hidden_size is 64, flavor 'tiny' has dim 256" in found
+    found = " | ".join(init_from_problems(folder, "tokenize.tokenizer.source=train"))
+    assert "key 'tokenize.tokenizer.source' is 'train': a run that starts from" in found
+    found = " | ".join(init_from_problems(folder.parent / "nowhere"))
+    assert "key 'pretrain.init_from.model'" in found and "does not exist" in found
+
+
+def test_the_first_phase_starts_from_the_checkpoint_and_its_manifest_names_every_file(
+    hf_folder,
+    phases,  # noqa: F811  (tests.train.test_stage's fixture)
+):
+    """The pretraining stage's spec and record for `pretrain.init_from` (no training here: the
+    trainer's side is the tests above): the first phase starts from the folder in mode hf, the
+    next phase from the first; the record holds each weight file's sha256."""
+    from apertus.core.config import load_config
+    from apertus.core.files import sha256_file
+    from apertus.train.config import PretrainConfig
+    from apertus.train.stage import resolve_start, run_spec, start_record
+
+    folder, _ = hf_folder
+    section = load_config()["pretrain"]
+    cfg = PretrainConfig.from_dict(
+        {**section, "flavor": "debug", "init_from": {"model": str(folder)}}
+    )
+    start = resolve_start(cfg, "phase1")
+    assert start == (folder, None)
+    assert resolve_start(cfg, "phase2") is None
+    spec = run_spec(cfg, "phase1", phases, None, start[0])
+    later = run_spec(cfg, "phase2", phases, {"final_checkpoint": "/ckpt/step-1"}, start[0])
+    assert later.checkpoint.initial_mode == "continue"  # the next phase: the first's run
+    assert (spec.checkpoint.initial, spec.checkpoint.initial_mode) == (str(folder), "hf")
+    record = start_record(cfg, spec, None)
+    assert record["model"] == str(folder) and record["revision"] is None
+    assert record["files"]["model.safetensors"]["sha256"] == sha256_file(
+        folder / "model.safetensors"
+    )
+    assert any("optimizer" in what for what in record["not_in_checkpoint"])
+
+
+def test_a_hub_start_offline_must_be_in_the_cache(tmp_path):
+    from apertus.model.hf_checkpoint import resolve_hf_checkpoint
+
+    hub_id = "swiss-ai/Apertus-8B-2509"
+    found = " | ".join(init_from_problems(hub_id))
+    assert f"key 'pretrain.init_from.model' is '{hub_id}'" in found
+    assert "not in the Hugging Face cache" in found
+    with pytest.raises(ApertusError, match=r"@v1 is not in the Hugging Face cache and the run is"):
+        resolve_hf_checkpoint(hub_id, "v1", offline=True, cache_dir=str(tmp_path))
+    with pytest.raises(ApertusError, match="revision 'v1' is for a Hub id"):
+        resolve_hf_checkpoint(str(tmp_path), "v1", offline=True)
