@@ -77,6 +77,8 @@ class AuditReport:
     bytes: int = 0
     groups: dict[str, Group] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    started_from: dict[str, Any] | None = None
+    """A release's starting checkpoint as its manifest records it (None: from scratch)."""
 
     @property
     def ok(self) -> bool:
@@ -99,6 +101,7 @@ class AuditReport:
             "counts": {p: sum(f.problem == p for f in self.findings) for p in PROBLEMS},
             "groups": [asdict(g) for g in self.groups.values()],
             "findings": [asdict(f) for f in self.findings],
+            "started_from": self.started_from,
         }
 
 
@@ -223,7 +226,7 @@ def audit_release(folder: Path, progress_stream: IO[str] | None = None) -> Audit
     manifest without one, from before the key existed, is checked by its artifacts only)."""
     manifest = _load_release_manifest(folder)
     artifacts = manifest["artifacts"]
-    report = AuditReport("release", str(folder))
+    report = AuditReport("release", str(folder), started_from=manifest.get("started_from"))
     recorded = manifest.get(CONTENT_DIGEST_KEY)
     if recorded is not None and recorded != (actual := content_digest(manifest)):
         report.add(Finding(RELEASE_MANIFEST, CONTENT, recorded, actual, RELEASE_MANIFEST))
@@ -339,6 +342,15 @@ def render_report(report: AuditReport) -> str:
         f"audit of {what} {report.root}: {report.files} files, {human_bytes(report.bytes)}",
         "",
     ]
+    start = report.started_from
+    if start:
+        commit = f", commit {start['commit']}" if start.get("commit") else ""
+        lines.insert(
+            1,
+            f"started from {start['model']} (revision {start.get('revision') or 'main'}"
+            f"{commit}), as recorded: "
+            + ", ".join(f"{name} sha256 {e['sha256']}" for name, e in start["files"].items()),
+        )
     width = max([len(head), *(len(g.name) for g in report.groups.values())])
     lines.append(f"{head:<{width}}  {'files':>6}  {'size':>9}  {'ok':>6}  {'problems':>8}")
     for g in report.groups.values():

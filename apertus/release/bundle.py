@@ -46,7 +46,13 @@ from apertus.core.manifest import (
     package_versions,
 )
 from apertus.export.hf import readable_by_all
-from apertus.release.card import CardFacts, ReleasedModel, read_scores, render_card
+from apertus.release.card import (
+    CardFacts,
+    ReleasedModel,
+    read_scores,
+    render_card,
+    started_from,
+)
 from apertus.release.config import ReleaseConfig
 
 RELEASE_MANIFEST = "RELEASE-MANIFEST.json"
@@ -160,6 +166,9 @@ def release_manifest(
     manifest = {
         "release_manifest_version": RELEASE_MANIFEST_VERSION,
         "artifacts": artifacts,
+        # The released checkpoint the run started from (also in its first phase's manifest,
+        # under `stages`), or None: trained from scratch.
+        "started_from": started_from(stages),
         "stages": dict(stages),
         "config": dict(run_config),
         "code": code_version(),

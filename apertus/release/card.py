@@ -85,6 +85,30 @@ def read_scores(path: str | Path) -> dict[str, dict[str, float | None]]:
     return scores
 
 
+def started_from(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The released checkpoint the run's first phase started from (its manifest's
+    ``summary.init_from``: model, revision, commit, each weight file's sha256), or None for a
+    run trained from scratch."""
+    for key in sorted(stages):
+        record = stages[key].get("summary", {}).get("init_from")
+        if key.startswith("pretrain/") and record:
+            return dict(record)
+    return None
+
+
+def _started_from(record: Mapping[str, Any]) -> str:
+    revision = record.get("revision") or "main"
+    commit = f", commit `{record['commit']}`" if record.get("commit") else ""
+    rows = [(name, entry["sha256"], entry["bytes"]) for name, entry in record["files"].items()]
+    lacking = "; ".join(record.get("not_in_checkpoint", []))
+    return (
+        f"Pretraining started from the weights of `{record['model']}` (revision "
+        f"`{revision}`{commit}), not from random ones. Its files:\n\n"
+        + _table(["file", "sha256", "bytes"], rows)
+        + f"\n\nWhat such a checkpoint does not hold began afresh: {lacking}."
+    )
+
+
 def model_name(config: ReleaseConfig, run_config: Mapping[str, Any]) -> str:
     return (
         config.card.model_name or f"apertus-{run_config['pretrain']['flavor']}-{run_config['run']}"
@@ -157,11 +181,17 @@ def model_index(
     return index
 
 
-def card_base_model(config: ReleaseConfig, model: ReleasedModel | None) -> str | None:
+def card_base_model(
+    config: ReleaseConfig, model: ReleasedModel | None, start: Mapping[str, Any] | None = None
+) -> str | None:
     """`base_model` of a card: the aligned model's is the base model's repository; the base
-    model's (and the release's) the Hub model the run started from, if any: never itself."""
+    model's (and the release's) the Hub model the run started from, if any: never itself
+    (`release.card.base_model`, else the Hub id of `pretrain.init_from`, `start`; a local
+    folder has no Hub id, and no commit)."""
     if model is not None and model.subfolder == "aligned":
         return config.hub.repo_for("base")
+    if config.card.base_model is None and start is not None and start.get("commit"):
+        return start["model"]
     return config.card.base_model
 
 
@@ -175,7 +205,7 @@ def card_metadata(
         license=config.license,
         language=card_languages(config, facts.funnel),
         datasets=card_datasets(config, facts.run_config) or None,
-        base_model=card_base_model(config, model),
+        base_model=card_base_model(config, model, started_from(facts.stages)),
         tags=list(config.card.tags),
         pipeline_tag="text-generation",
         library_name="transformers",
@@ -669,10 +699,12 @@ def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | No
             + " The files named below are those of the release folder the run wrote."
         )
     title = name if model is None else f"{name} ({model.subfolder})"
+    start = started_from(facts.stages)
+    how = "trained from scratch" if start is None else f"continued from `{start['model']}`"
     sections = [
         f"# {title}",
         "",
-        f"A model trained from scratch with the open `apertus` pipeline, following the Apertus "
+        f"A model {how} with the open `apertus` pipeline, following the Apertus "
         f"recipe (https://arxiv.org/abs/2509.14233), run `{facts.run_config['run']}`. {intro}",
         "",
         "## Architecture",
@@ -681,6 +713,7 @@ def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | No
         "",
         "## Training",
         "",
+        *([_started_from(start), ""] if start is not None else []),
         _training_stages(facts),
         "",
         _recipe(facts),

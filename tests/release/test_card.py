@@ -177,3 +177,42 @@ def test_the_cards_code_runs_against_the_released_model(card_path, model, capsys
     exec(compile(code.replace(f'repo = "{repo}"', f"repo = {str(folder)!r}"), "card", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == (2 if model == "aligned" else 1)
+
+
+def test_a_run_started_from_a_released_checkpoint_says_so_in_card_manifest_and_audit(
+    run_dir, run_config, release_config
+):
+    """`pretrain.init_from` (the first phase's manifest records it): the card names the
+    checkpoint, its revision, commit and each weight file's sha256 and what was not in it, its
+    Hub metadata's `base_model` is that Hub id, the release manifest carries the record, and
+    `apertus audit` of the release prints it."""
+    from apertus.audit.checksums import audit_release, render_report
+
+    record = {
+        "model": "swiss-ai/Apertus-8B-2509",
+        "revision": "v1.0",
+        "commit": "0123456789abcdef0123456789abcdef01234567",
+        "files": {
+            "config.json": {"sha256": "a" * 64, "bytes": 800},
+            "model-00001-of-00002.safetensors": {"sha256": "b" * 64, "bytes": 5_000_000_000},
+        },
+        "not_in_checkpoint": ["optimizer state (AdEMAMix starts at zero)"],
+    }
+    phase = run_dir / "pretrain" / "p1.manifest.json"
+    data = json.loads(phase.read_text())
+    data["summary"]["init_from"] = record
+    phase.write_text(json.dumps(data))
+    build_release(release_inputs(run_dir), release_config, run_config, run_dir / "release")
+    card = (run_dir / "release" / "README.md").read_text()
+    assert "A model continued from `swiss-ai/Apertus-8B-2509`" in card
+    assert "revision `v1.0`, commit `0123456789abcdef0123456789abcdef01234567`" in card
+    assert f"| model-00001-of-00002.safetensors | {'b' * 64} |" in card
+    assert "optimizer state (AdEMAMix starts at zero)" in card
+    assert metadata_load(run_dir / "release" / "README.md")["base_model"] == record["model"]
+    released = json.loads((run_dir / "release" / "RELEASE-MANIFEST.json").read_text())
+    assert released["started_from"] == record
+    report = audit_release(run_dir / "release")
+    assert report.ok and report.started_from == record
+    text = render_report(report)
+    assert "started from swiss-ai/Apertus-8B-2509 (revision v1.0, commit 0123" in text
+    assert f"model-00001-of-00002.safetensors sha256 {'b' * 64}" in text
