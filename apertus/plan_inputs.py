@@ -342,6 +342,16 @@ def _init_from_problems(
             f"{model!r} (pretrain.init_from) tokenizes with its tokenizer; set "
             f"tokenize.tokenizer.source to {model!r}"
         )
+    elif Path(model).is_dir() and not _model_location(
+        "tokenize.tokenizer.source", source, offline, TOKENIZER_FILES, "tokenizer"
+    ):
+        # Loaded and checked as the tokenization job will (the special-token ids the data and
+        # the chat format need): a released model's tokenizer is the user's to get right.
+        from apertus.tokenize.tokenizer import load_tokenizer
+
+        problems += attempt(
+            f"key 'tokenize.tokenizer.source' is {source!r}", load_tokenizer, source
+        )[1]
     folder = Path(model)
     if not folder.is_dir():
         found = _model_location(where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint")

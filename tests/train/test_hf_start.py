@@ -68,22 +68,27 @@ def transformers_apertus(folder: Path, seed: int = 7, **config):
     return model
 
 
-def save_tokenizer(folder: Path) -> None:
-    """A word-level tokenizer of VOCAB ids with <unk> <s> </s> <pad> first, saved by
-    transformers (`PreTrainedTokenizerFast.save_pretrained`)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def save_tokenizer(folder: Path, chat: bool = True) -> None:
+    """A word-level tokenizer of VOCAB ids, <unk> <s> </s> <pad> first, then (`chat`) the chat
+    format's special tokens, saved by transformers (`PreTrainedTokenizerFast.save_pretrained`)."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<unk>", "<s>", "</s>", "<pad>"]
-    vocab = {token: i for i, token in enumerate([*specials, *map(str, range(VOCAB - 4))])}
+    from apertus.tokenize.tokenizer import CHAT_TOKENS
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>", *(CHAT_TOKENS if chat else ())]
+    words = [*specials, "hello"]
+    vocab = {token: i for i, token in enumerate([*words, *map(str, range(VOCAB - len(words)))])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.add_special_tokens([AddedToken(token, special=True) for token in specials])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         unk_token="<unk>",
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
+        additional_special_tokens=list(CHAT_TOKENS) if chat else None,
     )
     tokenizer.save_pretrained(folder)
 
@@ -269,6 +274,14 @@ def test_init_from_is_checked_with_the_flavor_and_the_tokenizer_before_any_job(h
     assert "key 'tokenize.tokenizer.source' is 'train': a run that starts from" in found
     found = " | ".join(init_from_problems(folder.parent / "nowhere"))
     assert "key 'pretrain.init_from.model'" in found and "does not exist" in found
+    plain = folder.parent / "no-chat-tokens"  # a tokenizer the chat format cannot use
+    shutil.copytree(folder, plain)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (plain / name).unlink(missing_ok=True)
+    save_tokenizer(plain, chat=False)
+    (found,) = init_from_problems(plain)
+    assert found.startswith(f"key 'tokenize.tokenizer.source' is '{plain}': tokenizer")
+    assert "chat token '<|user_start|>' is missing" in found
 
 
 def test_the_first_phase_starts_from_the_checkpoint_and_its_manifest_names_every_file(
