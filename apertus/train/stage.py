@@ -369,8 +369,11 @@ def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[st
 
 
 # What a Hugging Face checkpoint does not hold, which a stage started from one begins afresh.
-NOT_IN_HF_CHECKPOINT = ("optimizer state (AdEMAMix starts at zero)", "step count and LR "
-                        "schedule (the warmup is the config's)", "data position")  # fmt: skip
+NOT_IN_HF_CHECKPOINT = (
+    "optimizer state (AdEMAMix starts at zero)",
+    "step count and LR schedule (the warmup is the config's)",
+    "data position",
+)
 
 
 def resolve_start(cfg: PretrainConfig, name: str) -> tuple[Path, str | None] | None:
