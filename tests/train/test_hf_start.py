@@ -5,6 +5,7 @@ bit for bit; the first step's loss is the one transformers computes on the same 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -154,34 +155,42 @@ def test_the_checkpoint_is_checked_against_the_flavor_before_any_rank(hf_folder,
         check_hf_checkpoint(broken, "debug", {"vocab_size": VOCAB})
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_import_through_the_trainers_adapter_then_export_gives_back_the_same_tensors(
-    hf_folder, tmp_path
+    hf_folder, tmp_path, dtype
 ):
     """What torchtitan's `dcp_load(from_hf=True)` does with the adapter, on our model's own
-    tensors, then the export's write of them: every tensor of transformers' file, bit for bit
-    (float32), the xIELU scalars included."""
+    (float32) tensors, then the export's write of them in the file's dtype: every tensor of
+    transformers' file, bit for bit, the xIELU scalars included. A bfloat16 file (as the
+    released Apertus models are) is read into the float32 master weights exactly."""
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import load_file
 
     from apertus.export.hf import write_weights
     from apertus.model.state_dict_adapter import hf_state_dict
 
-    folder, _ = hf_folder
+    folder, model = hf_folder
+    if dtype == "bfloat16":
+        folder = tmp_path / "bf16"
+        shutil.copytree(hf_folder[0], folder)
+        (folder / "model.safetensors").unlink()
+        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(folder)  # the fixture's stays
     shape = flavor("debug", vocab_size=VOCAB, attn_backend="sdpa")
-    model = shape.build()
+    ours_model = shape.build()
     adapter = ApertusStateDictAdapter(shape, None)
-    state = model.state_dict()
-    hf_view = adapter.to_hf(state)
+    hf_view = adapter.to_hf(ours_model.state_dict())
     dcp.load(hf_view, storage_reader=adapter.get_hf_storage_reader(str(folder)))
-    model.load_state_dict(adapter.from_hf(hf_view))
+    ours_model.load_state_dict(adapter.from_hf(hf_view))
 
     (tmp_path / "export").mkdir()
-    written = write_weights(hf_state_dict(model.state_dict()), tmp_path / "export", "5GB")
+    assert all(p.dtype == torch.float32 for p in ours_model.parameters())
+    exported = hf_state_dict(ours_model.state_dict(), dtype)
+    written = write_weights(exported, tmp_path / "export", "5GB")
     theirs = load_file(folder / "model.safetensors")
     ours = load_file(tmp_path / "export" / written[0])
     assert ours.keys() == theirs.keys()
     for key, tensor in theirs.items():
-        assert ours[key].dtype == tensor.dtype == torch.float32, key
+        assert ours[key].dtype == tensor.dtype == getattr(torch, dtype), key
         assert torch.equal(ours[key], tensor), key
 
 
