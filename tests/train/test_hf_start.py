@@ -155,9 +155,13 @@ def test_the_checkpoint_is_checked_against_the_flavor_before_any_rank(hf_folder,
         check_hf_checkpoint(broken, "debug", {"vocab_size": VOCAB})
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    "dtype, files",
+    [("float32", 1), ("bfloat16", 1), ("float32", 4)],
+    ids=["fp32", "bf16", "4-files"],
+)
 def test_import_through_the_trainers_adapter_then_export_gives_back_the_same_tensors(
-    hf_folder, tmp_path, dtype
+    hf_folder, tmp_path, dtype, files
 ):
     """What torchtitan's `dcp_load(from_hf=True)` does with the adapter, on our model's own
     (float32) tensors, then the export's write of them in the file's dtype: every tensor of
@@ -170,11 +174,15 @@ def test_import_through_the_trainers_adapter_then_export_gives_back_the_same_ten
     from apertus.model.state_dict_adapter import hf_state_dict
 
     folder, model = hf_folder
-    if dtype == "bfloat16":
-        folder = tmp_path / "bf16"
+    if (dtype, files) != ("float32", 1):  # saved again by transformers, as asked
+        folder = tmp_path / "saved"
         shutil.copytree(hf_folder[0], folder)
         (folder / "model.safetensors").unlink()
-        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(folder)  # the fixture's stays
+        again = copy.deepcopy(model).to(getattr(torch, dtype))  # the fixture's stays as it is
+        size = sum(t.numel() * t.element_size() for t in again.state_dict().values())
+        again.save_pretrained(folder, max_shard_size=size // files + 1 if files > 1 else "5GB")
+    checked = check_hf_checkpoint(folder, "debug", {"vocab_size": VOCAB})
+    assert len(checked.weight_files) >= files
     shape = flavor("debug", vocab_size=VOCAB, attn_backend="sdpa")
     ours_model = shape.build()
     adapter = ApertusStateDictAdapter(shape, None)
@@ -186,7 +194,7 @@ def test_import_through_the_trainers_adapter_then_export_gives_back_the_same_ten
     assert all(p.dtype == torch.float32 for p in ours_model.parameters())
     exported = hf_state_dict(ours_model.state_dict(), dtype)
     written = write_weights(exported, tmp_path / "export", "5GB")
-    theirs = load_file(folder / "model.safetensors")
+    theirs = {k: v for name in checked.weight_files for k, v in load_file(folder / name).items()}
     ours = load_file(tmp_path / "export" / written[0])
     assert ours.keys() == theirs.keys()
     for key, tensor in theirs.items():
@@ -205,10 +213,16 @@ def transformers_loss(model, tokens: torch.Tensor, goldfish) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("goldfish", [None, GOLDFISH], ids=["plain", "goldfish"])
+@pytest.mark.parametrize(
+    "goldfish, nproc",
+    [(None, 1), (GOLDFISH, 1), (None, 2)],
+    ids=["plain", "goldfish", "two-ranks-sharded"],
+)
 def test_a_stage_from_the_checkpoint_starts_at_transformers_loss_and_trains_on(
-    hf_folder, one_document_windows, tmp_path, goldfish
+    hf_folder, one_document_windows, tmp_path, goldfish, nproc
 ):
+    """Two ranks: FSDP shards every weight, and each rank reads its shards from the
+    safetensors file (DCP's reader into DTensors), not the whole model."""
     folder, model = hf_folder
     directory = tmp_path / "run"
     spec = write_spec(
@@ -225,7 +239,7 @@ def test_a_stage_from_the_checkpoint_starts_at_transformers_loss_and_trains_on(
             "initial_mode": "hf",
         },
     )
-    proc = run_ok(spec, 1)
+    proc = run_ok(spec, nproc)
     assert f"Loading from HF safetensors from --checkpoint.initial_load_path: {folder}" in (
         proc.stdout + proc.stderr
     )
