@@ -350,3 +350,34 @@ def test_a_hub_start_offline_must_be_in_the_cache(tmp_path):
         resolve_hf_checkpoint(hub_id, "v1", offline=True, cache_dir=str(tmp_path))
     with pytest.raises(ApertusError, match="revision 'v1' is for a Hub id"):
         resolve_hf_checkpoint(str(tmp_path), "v1", offline=True)
+
+
+def hub_cache_copy(folder: Path, cache: Path, repo_id: str, commit: str = "a" * 40) -> Path:
+    """`folder` as the Hugging Face cache holds a downloaded `repo_id` at `main` (the layout
+    `huggingface_hub` writes: models--<org>--<name>/snapshots/<commit>, refs/main)."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    shutil.copytree(folder, snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def test_a_hub_start_in_the_cache_is_found_offline_and_checked(hf_folder, tmp_path, monkeypatch):
+    """The Hub path of a real run, on a local stand-in in the cache's own layout: offline, the
+    stage finds the snapshot and its commit, and the plan checks its config.json."""
+    from huggingface_hub import constants
+
+    from apertus.model.hf_checkpoint import resolve_hf_checkpoint
+
+    folder, _ = hf_folder
+    cache = tmp_path / "hub"
+    snapshot = hub_cache_copy(folder, cache, "someone/apertus-debug")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    found, commit = resolve_hf_checkpoint("someone/apertus-debug", None, offline=True)
+    assert (found, commit) == (snapshot, "a" * 40)
+    assert resolve_hf_checkpoint("someone/apertus-debug", "a" * 40, offline=True)[0] == snapshot
+    assert init_from_problems("someone/apertus-debug") == []
+    found = " | ".join(init_from_problems("someone/apertus-debug", "pretrain.flavor=tiny"))
+    assert "key 'pretrain.init_from.model' is 'someone/apertus-debug'" in found
+    assert "hidden_size is 64, flavor 'tiny' has dim 256" in found
