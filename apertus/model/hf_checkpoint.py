@@ -193,12 +193,18 @@ def resolve_hf_checkpoint(
             local_files_only=offline,
             cache_dir=cache_dir,
         )
-    except LocalEntryNotFoundError:
-        raise ApertusError(
-            f"{where} is not in the Hugging Face cache and the run is offline: download it "
-            f"once with network access (`hf download {model}"
+    except LocalEntryNotFoundError as e:
+        fetch = (
+            f"download it once with network access (`hf download {model}"
             + (f" --revision {revision}" if revision else "")
             + "`), or name a local copy"
+        )
+        if offline:
+            raise ApertusError(
+                f"{where} is not in the Hugging Face cache and the run is offline: {fetch}"
+            ) from None
+        raise ApertusError(  # online, but the Hub was not reached and the cache lacks it
+            f"{where} is not in the Hugging Face cache and the Hub did not answer ({e}): {fetch}"
         ) from None
     except (HfHubHTTPError, OSError, ValueError) as e:
         raise ApertusError(
