@@ -40,7 +40,6 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -327,7 +326,6 @@ def _init_from_problems(
     folder; a Hub id, offline in the cache), its config.json against the flavor when it is at
     hand (a folder, the cache), and the tokenizer the run tokenizes with, which must be its."""
     from apertus.model.hf_checkpoint import CONFIG_FILE, SINGLE_FILE, check_hf_checkpoint
-    from apertus.model.shapes import FLAVOR_SHAPES
 
     start = pretrain.get("init_from")
     if start is None:
@@ -355,7 +353,7 @@ def _init_from_problems(
     folder = Path(model)
     if not folder.is_dir():
         found = _model_location(where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint")
-        if found or not _is_hub_id(model):
+        if found:  # no folder, no Hub id, or (offline) not in the cache
             return problems + found
         from huggingface_hub import try_to_load_from_cache
 
@@ -363,15 +361,13 @@ def _init_from_problems(
         if not isinstance(cached, str):
             return problems  # online and not cached: the stage downloads it, then checks it
         folder = Path(cached).parent
-    try:
-        # The stage sizes the embedding by the data's vocabulary when the flavor's is smaller
-        # (apertus.train.stage.vocabulary_cover): the checkpoint's tokenizer's, so its own.
-        vocab = json.loads((folder / CONFIG_FILE).read_text()).get("vocab_size")
-        shape = FLAVOR_SHAPES.get(pretrain["flavor"])
-        covered = max(vocab, shape.vocab_size) if shape and isinstance(vocab, int) else vocab
-        check_hf_checkpoint(folder, pretrain["flavor"], {"vocab_size": covered})
-    except (ApertusError, OSError, ValueError) as e:
-        problems.append(f"key '{where}' is {model!r}: {e}")
+    problems += attempt(
+        f"key '{where}' is {model!r}",
+        check_hf_checkpoint,
+        folder,
+        pretrain["flavor"],
+        own_vocabulary=True,
+    )[1]
     return problems
 
 

@@ -36,10 +36,7 @@ from datatrove.pipeline.filters.base_filter import BaseFilter
 from datatrove.pipeline.writers.disk_base import DiskWriter
 
 from apertus.core import ApertusError
-from apertus.data.lid_models import (
-    BACKENDS,
-    model_path_for,
-)
+from apertus.data.lid_models import BACKENDS, model_path_for
 
 logger = logging.getLogger("apertus.data.language")
 

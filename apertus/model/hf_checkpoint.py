@@ -61,7 +61,6 @@ class HFCheckpoint:
 
     folder: Path
     weight_files: tuple[str, ...]
-    config: Mapping[str, Any]
 
 
 def _shape(flavor: str, overrides: Mapping[str, Any]) -> Shape:
@@ -74,11 +73,18 @@ def _shape(flavor: str, overrides: Mapping[str, Any]) -> Shape:
 
 
 def config_problems(
-    config: Mapping[str, Any], flavor: str, overrides: Mapping[str, Any] | None = None
+    config: Mapping[str, Any],
+    flavor: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    own_vocabulary: bool = False,
 ) -> list[str]:
     """What in a transformers ``config.json`` keeps it from being the start of a model of
     `flavor` (with its shape `overrides`): another architecture first (then nothing else is
-    compared), else each shape field that differs, with both values."""
+    compared), else each shape field that differs, with both values. `own_vocabulary`: the run
+    tokenizes with the checkpoint's tokenizer and its vocabulary is not known yet (plan time);
+    the stage grows the embedding to it when the flavor's is smaller
+    (`apertus.train.stage.vocabulary_cover`), so a vocabulary at least the flavor's fits."""
     model_type = config.get("model_type")
     architectures = config.get("architectures") or []
     if model_type != "apertus" or "ApertusForCausalLM" not in architectures:
@@ -96,6 +102,9 @@ def config_problems(
         if config.get(flag, False):
             problems.append(f"{flag} is true; the flavor has no biases")
     shape = _shape(flavor, overrides or {})
+    vocab = config.get("vocab_size")
+    if own_vocabulary and isinstance(vocab, int) and vocab > shape.vocab_size:
+        shape = replace(shape, vocab_size=vocab)
     heads = config.get("num_attention_heads")
     for ours, theirs in HF_SHAPE_FIELDS:
         expected = shape.attention_head_dim if ours == "head_dim" else getattr(shape, ours)
@@ -132,7 +141,11 @@ def _weight_files(folder: Path) -> tuple[str, ...]:
 
 
 def check_hf_checkpoint(
-    folder: str | os.PathLike[str], flavor: str, overrides: Mapping[str, Any] | None = None
+    folder: str | os.PathLike[str],
+    flavor: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    own_vocabulary: bool = False,
 ) -> HFCheckpoint:
     """The checkpoint in `folder`, or an ApertusError naming the folder and each problem
     (`config_problems`, a missing or unreadable ``config.json``, a missing weight file)."""
@@ -148,12 +161,12 @@ def check_hf_checkpoint(
         raise ApertusError(f"{config_path}: unreadable ({e})") from None
     if not isinstance(config, dict):
         raise ApertusError(f"{config_path}: not a JSON object")
-    problems = config_problems(config, flavor, overrides)
+    problems = config_problems(config, flavor, overrides, own_vocabulary=own_vocabulary)
     if problems:
         raise ApertusError(
             f"{config_path} does not match flavor {flavor!r}: " + "; ".join(problems)
         )
-    return HFCheckpoint(path, _weight_files(path), config)
+    return HFCheckpoint(path, _weight_files(path))
 
 
 # What a start needs of a Hub repository (not its other files: .bin copies, GGUF, ...).

@@ -458,7 +458,7 @@ def main(argv=None):
             spec,
             name=args.name,
             # A start's weight files by their digests: other bytes, another run.
-            key_material=[phase_json.read_text(), previous, *([started_from] if start else [])],
+            key_material=[phase_json.read_text(), previous, *filter(None, [started_from])],
             work_root=args.work_root,
             output=args.output,
             nproc=cfg.nproc,
