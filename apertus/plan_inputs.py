@@ -76,13 +76,16 @@ def input_problems(
     Snakemake runs the jobs."""
     with contextlib.chdir(directory) if directory is not None else contextlib.nullcontext():
         offline = _offline(config)
-        problems = [
-            *_data_problems(config["data"], offline),
-            *_tokenizer_problems(config["tokenize"], offline),
-            *_restart_problems(config["pretrain"]),
-            *_init_from_problems(config["pretrain"], config["tokenize"], offline),
-            *_evaluate_problems(config),
-        ]
+        if config["posttrain"]["init_from"] is None:
+            problems = [
+                *_data_problems(config["data"], offline),
+                *_tokenizer_problems(config["tokenize"], offline),
+                *_restart_problems(config["pretrain"]),
+                *_init_from_problems(config["pretrain"], config["tokenize"], offline),
+            ]
+        else:  # post-training only: no data, tokenization or pretraining job reads a thing
+            problems = _posttrain_start_problems(config, offline)
+        problems += _evaluate_problems(config)
         if config["posttrain"]["enabled"]:
             problems += _posttrain_problems(config["posttrain"], offline)
         problems += _release_problems(config["release"], offline)
@@ -325,8 +328,6 @@ def _init_from_problems(
     """The released checkpoint the first phase starts from: where the stage finds it (a
     folder; a Hub id, offline in the cache), its config.json against the flavor when it is at
     hand (a folder, the cache), and the tokenizer the run tokenizes with, which must be its."""
-    from apertus.model.hf_checkpoint import CONFIG_FILE, SINGLE_FILE, check_hf_checkpoint
-
     start = pretrain.get("init_from")
     if start is None:
         return []
@@ -350,24 +351,92 @@ def _init_from_problems(
         problems += attempt(
             f"key 'tokenize.tokenizer.source' is {source!r}", load_tokenizer, source
         )[1]
-    folder = Path(model)
-    if not folder.is_dir():
-        found = _model_location(where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint")
-        if found:  # no folder, no Hub id, or (offline) not in the cache
-            return problems + found
-        from huggingface_hub import try_to_load_from_cache
+    return problems + _start_checkpoint(where, model, revision, pretrain["flavor"], offline)[1]
 
-        cached = try_to_load_from_cache(model, CONFIG_FILE, revision=revision)
-        if not isinstance(cached, str):
-            return problems  # online and not cached: the stage downloads it, then checks it
-        folder = Path(cached).parent
-    problems += attempt(
-        f"key '{where}' is {model!r}",
-        check_hf_checkpoint,
-        folder,
-        pretrain["flavor"],
-        own_vocabulary=True,
+
+def _start_checkpoint(
+    where: str, model: str, revision: str | None, flavor: str, offline: bool
+) -> tuple[Path | None, list[str]]:
+    """A released checkpoint a stage starts from: where its job finds it (a folder; a Hub id,
+    offline in the cache), and its config.json against `flavor` where it is at hand now.
+    Returns the folder (None: not at hand, e.g. online and not cached: the job downloads and
+    checks it) and the problems."""
+    folder, problems = _start_folder(where, model, revision, offline)
+    if folder is None or problems:
+        return folder, problems
+    from apertus.model.hf_checkpoint import check_hf_checkpoint
+
+    return folder, attempt(
+        f"key '{where}' is {model!r}", check_hf_checkpoint, folder, flavor, own_vocabulary=True
     )[1]
+
+
+def _start_folder(
+    where: str, model: str, revision: str | None, offline: bool
+) -> tuple[Path | None, list[str]]:
+    from apertus.model.hf_checkpoint import CONFIG_FILE, SINGLE_FILE
+
+    folder = Path(model)
+    if folder.is_dir():
+        if revision is not None:
+            return None, [
+                f"key '{where.removesuffix('.model')}.revision' is {revision!r}: a revision is "
+                f"for a Hub id; {model!r} is a local folder"
+            ]
+        return folder, []
+    found = _model_location(where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint")
+    if found:  # no folder, no Hub id, or (offline) not in the cache
+        return None, found
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model, CONFIG_FILE, revision=revision)
+    return (Path(cached).parent if isinstance(cached, str) else None), []
+
+
+def _posttrain_start_problems(config: Mapping[str, Any], offline: bool) -> list[str]:
+    """A post-training-only run (``posttrain.init_from``): the checkpoint where its job finds
+    it, its config.json against ``pretrain.flavor`` and its tokenizer (the special and chat
+    tokens the SFT data and the chat format need) when it is at hand; and the keys that name
+    what such a run does not have."""
+    post = config["posttrain"]
+    start = post["init_from"]
+    model, revision = start["model"], start.get("revision")
+    where = "posttrain.init_from.model"
+    problems = []
+    if config["pretrain"]["init_from"] is not None:
+        problems.append(
+            "key 'pretrain.init_from' is set, but posttrain.init_from makes the run post-training "
+            "only: there is no pretraining to start; set pretrain.init_from to null"
+        )
+    replay = post["sft_data"]["replay"]["documents"]
+    if replay:
+        problems.append(
+            f"key 'posttrain.sft_data.replay.documents' is {replay}: a run post-training "
+            f"{model!r} (posttrain.init_from) has no pretraining data to replay; set it to 0"
+        )
+    if not post["enabled"]:
+        problems.append(
+            "key 'posttrain.enabled' is false, but posttrain.init_from names a checkpoint to "
+            "post-train: the run would do nothing; set posttrain.enabled to true"
+        )
+    from apertus.evaluate.tasks import MC_GROUP
+
+    for suite in ("suite", "instruct"):
+        for i, entry in enumerate(config["evaluate"][suite]["tasks"]):
+            if entry["task"].startswith(MC_GROUP):
+                problems.append(
+                    f"key 'evaluate.{suite}.tasks[{i}].task' is {entry['task']!r}: the project's "
+                    "cloze tasks are cut from held-out documents long enough for a context and "
+                    "a continuation (evaluate.tasks.mc), and a post-training-only run's "
+                    "held-out documents are its held-out prompts, too short; use its "
+                    "perplexity tasks or lm-eval's"
+                )
+    folder, found = _start_checkpoint(where, model, revision, config["pretrain"]["flavor"], offline)
+    problems += found
+    if folder is not None and not found:
+        from apertus.tokenize.tokenizer import load_tokenizer
+
+        problems += attempt(f"key '{where}' is {model!r}", load_tokenizer, str(folder))[1]
     return problems
 
 

@@ -345,9 +345,10 @@ def render_report(report: AuditReport) -> str:
     start = report.started_from
     if start:
         commit = f", commit {start['commit']}" if start.get("commit") else ""
+        what = "post-training started from" if start.get("stage") == "posttrain" else "started from"
         lines.insert(
             1,
-            f"started from {start['model']} (revision {start.get('revision') or 'main'}"
+            f"{what} {start['model']} (revision {start.get('revision') or 'main'}"
             f"{commit}), as recorded: "
             + ", ".join(f"{name} sha256 {e['sha256']}" for name, e in start["files"].items()),
         )

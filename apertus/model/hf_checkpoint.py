@@ -27,12 +27,16 @@ from typing import Any
 
 from apertus.core import ApertusError
 from apertus.core.files import sha256_file
+from apertus.core.typed import Config
 from apertus.model.shapes import FLAVOR_SHAPES, Shape
 
 __all__ = [
     "HF_SHAPE_FIELDS",
     "HUB_PATTERNS",
+    "NOT_IN_HF_CHECKPOINT",
     "HFCheckpoint",
+    "InitFrom",
+    "PosttrainInitFrom",
     "check_hf_checkpoint",
     "config_problems",
     "resolve_hf_checkpoint",
@@ -53,6 +57,31 @@ HF_SHAPE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ffn_hidden", "intermediate_size"),
     ("vocab_size", "vocab_size"),
 )
+
+
+# What a Hugging Face checkpoint does not hold, which a stage started from one begins afresh.
+NOT_IN_HF_CHECKPOINT = (
+    "optimizer state (AdEMAMix starts at zero)",
+    "step count and LR schedule (the warmup is the config's)",
+    "data position",
+)
+
+
+@dataclass(frozen=True)
+class InitFrom(Config, key="pretrain.init_from"):
+    """A released checkpoint a stage starts from (its weights only; `resolve_hf_checkpoint`
+    finds it, `check_hf_checkpoint` checks it): ``pretrain.init_from``, the first phase's."""
+
+    model: str
+    """A Hub id or a local folder."""
+    revision: str | None = None
+    """The Hub revision (branch, tag or commit); None: main. Only for a Hub id."""
+
+
+@dataclass(frozen=True)
+class PosttrainInitFrom(InitFrom, key="posttrain.init_from"):
+    """``posttrain.init_from``: the checkpoint a post-training-only run starts from
+    (`apertus.posttrain.start`)."""
 
 
 @dataclass(frozen=True)

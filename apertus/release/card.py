@@ -56,7 +56,8 @@ class CardFacts:
     run_config: dict[str, Any]
     models: list[ReleasedModel]
     scores: dict[str, dict[str, float | None]]  # checkpoint -> "task/metric" -> value
-    funnel: dict[str, Any]
+    funnel: dict[str, Any] | None
+    """The data funnel; None in a post-training-only run (no data stage)."""
     stages: dict[str, dict[str, Any]]  # "<stage>/<step>" -> step manifest
     memorization: dict[str, Any] | None = None
     memorization_control: dict[str, Any] | None = None
@@ -85,14 +86,20 @@ def read_scores(path: str | Path) -> dict[str, dict[str, float | None]]:
     return scores
 
 
+# The steps whose manifest records the released checkpoint a run started from, by the stage
+# that started from it: the first pretraining phase, or a post-training-only run's start.
+START_STEPS = {"pretrain": "pretrain/", "posttrain": "posttrain/start"}
+
+
 def started_from(stages: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The released checkpoint the run's first phase started from (its manifest's
-    ``summary.init_from``: model, revision, commit, each weight file's sha256), or None for a
-    run trained from scratch."""
-    for key in sorted(stages):
-        record = stages[key].get("summary", {}).get("init_from")
-        if key.startswith("pretrain/") and record:
-            return dict(record)
+    """The released checkpoint the run started from (the manifest's ``summary.init_from``:
+    model, revision, commit, each weight file's sha256) with ``stage``, the stage that started
+    from it ("pretrain" or "posttrain", `START_STEPS`); None for a run trained from scratch."""
+    for stage, prefix in START_STEPS.items():
+        for key in sorted(stages):
+            record = stages[key].get("summary", {}).get("init_from")
+            if key.startswith(prefix) and record:
+                return {**record, "stage": stage}
     return None
 
 
@@ -101,8 +108,9 @@ def _started_from(record: Mapping[str, Any]) -> str:
     commit = f", commit `{record['commit']}`" if record.get("commit") else ""
     rows = [(name, entry["sha256"], entry["bytes"]) for name, entry in record["files"].items()]
     lacking = "; ".join(record.get("not_in_checkpoint", []))
+    what = "Pretraining" if record.get("stage", "pretrain") == "pretrain" else "Post-training (SFT)"
     return (
-        f"Pretraining started from the weights of `{record['model']}` (revision "
+        f"{what} started from the weights of `{record['model']}` (revision "
         f"`{revision}`{commit}), not from random ones. Its files:\n\n"
         + _table(["file", "sha256", "bytes"], rows)
         + f"\n\nWhat such a checkpoint does not hold began afresh: {lacking}."
@@ -115,10 +123,16 @@ def model_name(config: ReleaseConfig, run_config: Mapping[str, Any]) -> str:
     )
 
 
-def card_languages(config: ReleaseConfig, funnel: Mapping[str, Any]) -> list[str]:
-    """The configured languages, else those with documents left at the funnel's last step."""
+def card_languages(
+    config: ReleaseConfig, funnel: Mapping[str, Any] | None, run_config: Mapping[str, Any]
+) -> list[str]:
+    """The configured languages, else those with documents left at the funnel's last step;
+    without a data stage, those of the generated instruction set (none for user data)."""
     if config.card.languages is not None:
         return list(config.card.languages)
+    if funnel is None:
+        instructions = run_config["posttrain"]["instructions"]
+        return [] if instructions["source"] is not None else sorted(instructions["languages"])
     return sorted(
         lang
         for lang, rows in funnel.get("languages", {}).items()
@@ -184,11 +198,13 @@ def model_index(
 def card_base_model(
     config: ReleaseConfig, model: ReleasedModel | None, start: Mapping[str, Any] | None = None
 ) -> str | None:
-    """`base_model` of a card: the aligned model's is the base model's repository; the base
-    model's (and the release's) the Hub model the run started from, if any: never itself
-    (`release.card.base_model`, else the Hub id of `pretrain.init_from`, `start`; a local
-    folder has no Hub id, and no commit)."""
-    if model is not None and model.subfolder == "aligned":
+    """`base_model` of a card: the aligned model's is the base model's repository (where the
+    release has one); the base model's (and the release's, and a post-training-only run's
+    aligned model's) the Hub model the run started from, if any: never itself
+    (`release.card.base_model`, else the Hub id of `pretrain.init_from` or
+    `posttrain.init_from`, `start`; a local folder has no Hub id, and no commit)."""
+    own_base = start is None or start.get("stage", "pretrain") == "pretrain"
+    if model is not None and model.subfolder == "aligned" and own_base:
         return config.hub.repo_for("base")
     if config.card.base_model is None and start is not None and start.get("commit"):
         return start["model"]
@@ -203,7 +219,7 @@ def card_metadata(
     name = model_name(config, facts.run_config)
     data = ModelCardData(
         license=config.license,
-        language=card_languages(config, facts.funnel),
+        language=card_languages(config, facts.funnel, facts.run_config),
         datasets=card_datasets(config, facts.run_config) or None,
         base_model=card_base_model(config, model, started_from(facts.stages)),
         tags=list(config.card.tags),
@@ -370,6 +386,13 @@ def _recipe(facts: CardFacts) -> str:
 
 
 def _data_compliance(facts: CardFacts) -> str:
+    if facts.funnel is None:
+        start = started_from(facts.stages) or {}
+        return (
+            f"This run has no data stage: it post-trained `{start.get('model')}`, whose "
+            "pretraining data (and its compliance) is that model's; see its card. "
+            "Post-training read the conversations of `posttrain.instructions`."
+        )
     total = facts.funnel.get("total", [])
     rows = [
         (r["step"], r.get("documents"), r.get("removed_documents"), r.get("characters"))
@@ -658,7 +681,11 @@ def _how_to_use(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | 
 
 def _limitations(facts: CardFacts) -> str:
     rc = facts.run_config
-    sample_sources = [s["name"] for s in rc["data"]["sources"] if s.get("path") == "sample"]
+    sample_sources = (
+        [s["name"] for s in rc["data"]["sources"] if s.get("path") == "sample"]
+        if facts.funnel is not None
+        else []
+    )
     params = parameter_count(facts.models[0].folder)
     lines = []
     if rc["pretrain"]["flavor"] == "tiny":
@@ -672,11 +699,14 @@ def _limitations(facts: CardFacts) -> str:
             + ", ".join(f"`{s}`" for s in sample_sources)
             + "), not on real web data."
         )
-    lines += [
-        "- Evaluated only on the project's held-out tasks listed above; no safety evaluation.",
-        "- The data filters (robots.txt, PII, toxicity, quality) reduce but do not remove "
-        "personal, copyrighted or harmful content.",
-    ]
+    lines.append(
+        "- Evaluated only on the project's held-out tasks listed above; no safety evaluation."
+    )
+    if facts.funnel is not None:
+        lines.append(
+            "- The data filters (robots.txt, PII, toxicity, quality) reduce but do not remove "
+            "personal, copyrighted or harmful content."
+        )
     return "\n".join(lines)
 
 
@@ -685,14 +715,16 @@ def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | No
     models = ", ".join(f"`{m.subfolder}/` ({m.checkpoint})" for m in facts.models)
     if model is None:
         intro = (
-            f"This release holds {models}, the evaluation and data funnel it reports, "
+            f"This release holds {models}, the evaluation"
+            + (" and data funnel" if facts.funnel is not None else "")
+            + " it reports, "
             "`RELEASE-MANIFEST.json` (the SHA-256 of every file, every step's manifest, the "
             "resolved config, the code and package versions) and `SHA256SUMS` (for "
             "`sha256sum -c`)."
         )
     else:
         kind = "aligned (QRPO) chat" if model.subfolder == "aligned" else "base (pretrained)"
-        base = config.hub.repo_for("base")
+        base = config.hub.repo_for("base") if facts.models[0].subfolder == "base" else None
         intro = (
             f"This repository holds the {kind} model, checkpoint `{model.checkpoint}`"
             + (f"; its base model is `{base}`." if model.subfolder == "aligned" and base else ".")
@@ -700,7 +732,12 @@ def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | No
         )
     title = name if model is None else f"{name} ({model.subfolder})"
     start = started_from(facts.stages)
-    how = "trained from scratch" if start is None else f"continued from `{start['model']}`"
+    if start is None:
+        how = "trained from scratch"
+    elif start["stage"] == "pretrain":
+        how = f"continued from `{start['model']}`"
+    else:
+        how = f"post-trained from `{start['model']}`"
     sections = [
         f"# {title}",
         "",
@@ -716,8 +753,8 @@ def card_body(config: ReleaseConfig, facts: CardFacts, model: ReleasedModel | No
         *([_started_from(start), ""] if start is not None else []),
         _training_stages(facts),
         "",
-        _recipe(facts),
-        "",
+        # The pretraining recipe, of a run that pretrained (not one that post-trained a start).
+        *([_recipe(facts), ""] if start is None or start["stage"] == "pretrain" else []),
         "### Compute",
         "",
         _compute(facts),

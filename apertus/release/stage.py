@@ -1,10 +1,13 @@
 """Entry point of rule `release`: build the release folder and its step manifest.
 
 python -m apertus.release.stage --config RELEASE_JSON --run-config FULL_CONFIG_JSON
-    --manifest M --run-dir RUN --base DIR=CHECKPOINT [--aligned DIR=CHECKPOINT]
+    --manifest M --run-dir RUN [--base DIR=CHECKPOINT] [--aligned DIR=CHECKPOINT]
     --table DIR [--memorization DIR] [--memorization-control DIR]
-        --funnel-json F --funnel-png F
-    [--reward-json F --reward-md F] --output DIR [--sinks FILE...]
+    [--funnel-json F --funnel-png F] [--reward-json F --reward-md F] --output DIR
+    [--sinks FILE...]
+
+A post-training-only run (`posttrain.init_from`) has no base model of its own and no data
+funnel: no --base, no --funnel-*.
 """
 
 from __future__ import annotations
@@ -33,15 +36,15 @@ def main(argv: list[str] | None = None) -> None:
         help="the whole resolved config as JSON (recorded in RELEASE-MANIFEST.json)",
     )
     parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--base", type=_model_argument, required=True, help="DIR=CHECKPOINT")
+    parser.add_argument("--base", type=_model_argument, help="DIR=CHECKPOINT")
     parser.add_argument("--aligned", type=_model_argument, help="DIR=CHECKPOINT")
     parser.add_argument("--table", type=Path, required=True, help="evaluate/table/")
     parser.add_argument("--memorization", type=Path, help="the base model's memorization dir")
     parser.add_argument(
         "--memorization-control", type=Path, help="the Goldfish control's memorization dir"
     )
-    parser.add_argument("--funnel-json", type=Path, required=True)
-    parser.add_argument("--funnel-png", type=Path, required=True)
+    parser.add_argument("--funnel-json", type=Path)
+    parser.add_argument("--funnel-png", type=Path)
     parser.add_argument("--reward-json", type=Path)
     parser.add_argument("--reward-md", type=Path)
     parser.add_argument("--output", type=Path, required=True)
@@ -54,7 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     config = ReleaseConfig.from_dict(args.config)
-    base, base_checkpoint = args.base
+    if args.base is None and args.aligned is None:
+        parser.error("a release needs a model: --base, --aligned or both")
+    if (args.funnel_json is None) != (args.funnel_png is None):
+        parser.error("--funnel-json and --funnel-png go together")
+    base, base_checkpoint = args.base or (None, None)
     aligned, aligned_checkpoint = args.aligned or (None, None)
     inputs = ReleaseInputs(
         run_dir=args.run_dir,

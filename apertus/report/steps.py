@@ -97,15 +97,16 @@ def _summary(argv: list[str]) -> None:
     parser = stage_parser(STAGE, "The report's tables and summary figures.")
     parser.add_argument("--run-dir", type=Path, required=True, help="results/<run>")
     parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--funnel", type=Path, required=True, help="data/funnel.json")
+    # The data and tokenization pages' inputs: none in a post-training-only run.
+    parser.add_argument("--funnel", type=Path, help="data/funnel.json")
     parser.add_argument(
-        "--filter-manifest", type=_named, action="append", required=True, help="SOURCE=PATH"
+        "--filter-manifest", type=_named, action="append", default=[], help="SOURCE=PATH"
     )
-    parser.add_argument("--corpus-manifest", type=Path, required=True)
+    parser.add_argument("--corpus-manifest", type=Path)
     parser.add_argument(
         "--removed", type=Path, action="append", default=[], help="data/removed/<step>"
     )
-    parser.add_argument("--phase", type=_named, action="append", required=True, help="NAME=DIR")
+    parser.add_argument("--phase", type=_named, action="append", default=[], help="NAME=DIR")
     parser.add_argument("--scores", type=Path, required=True, help="evaluate/table/scores.csv")
     parser.add_argument(
         "--memorization", type=_named, action="append", default=[], help="CHECKPOINT=DIR"
@@ -118,10 +119,15 @@ def _summary(argv: list[str]) -> None:
         "--run-config", type=json.loads, required=True, help="the run's whole config (JSON)"
     )
     args = parser.parse_args(argv)
+    data = [args.funnel, args.corpus_manifest, args.filter_manifest, args.phase]
+    if any(data) and not all(data):
+        parser.error(
+            "--funnel, --corpus-manifest, --filter-manifest and --phase go together (the data "
+            "and tokenization pages)"
+        )
     out = args.output_dir
     inputs = [
-        args.funnel,
-        args.corpus_manifest,
+        *([args.funnel, args.corpus_manifest] if args.funnel else []),
         args.scores,
         *(p for _, p in args.filter_manifest),
         *args.removed,
@@ -134,26 +140,8 @@ def _summary(argv: list[str]) -> None:
     ) as step:
         dpi = args.config["dpi"]
         out.mkdir(parents=True, exist_ok=True)
-        funnel = _read_json(args.funnel)
-        _write_page(
-            out / "compliance.html",
-            "Data: robots.txt opt-outs, PII, skipped records and what the filters removed",
-            [
-                *tables.robots_tables(
-                    [(s, _read_json(p)) for s, p in args.filter_manifest], funnel
-                ),
-                tables.pii_table(_read_json(args.corpus_manifest)),
-                tables.skipped_table(funnel),
-                tables.removed_samples_table(args.removed, funnel, args.run_dir),
-            ],
-        )
-        phases = [(name, _read_json(d / "phase.json")) for name, d in args.phase]
-        _write_page(out / "tokens.html", "Tokens per phase", tables.tokens_table(phases))
-        step.summary["tokens"] = figures.plot_tokens(
-            [(name, tables.phase_languages(p, name)) for name, p in phases],
-            out / "tokens.png",
-            dpi=dpi,
-        )
+        if args.funnel:
+            step.summary["tokens"] = _data_pages(args, out, dpi)
         _write_page(out / "evaluation.html", "Evaluation", [tables.scores_table(args.scores)])
         if args.memorization:
             from apertus.evaluate.memorization import plot_curves
@@ -183,6 +171,29 @@ def _summary(argv: list[str]) -> None:
                 intro=None if grouped.get(stage) else "no step of this stage has run",
             )
         step.summary["manifests"] = {stage: len(grouped.get(stage, [])) for stage in args.stage}
+
+
+def _data_pages(args, out: Path, dpi: int) -> dict:
+    """The data stage's compliance page and the tokenization stage's tokens page and figure
+    (a run with both); returns the figure's summary."""
+    funnel = _read_json(args.funnel)
+    _write_page(
+        out / "compliance.html",
+        "Data: robots.txt opt-outs, PII, skipped records and what the filters removed",
+        [
+            *tables.robots_tables([(s, _read_json(p)) for s, p in args.filter_manifest], funnel),
+            tables.pii_table(_read_json(args.corpus_manifest)),
+            tables.skipped_table(funnel),
+            tables.removed_samples_table(args.removed, funnel, args.run_dir),
+        ],
+    )
+    phases = [(name, _read_json(d / "phase.json")) for name, d in args.phase]
+    _write_page(out / "tokens.html", "Tokens per phase", tables.tokens_table(phases))
+    return figures.plot_tokens(
+        [(name, tables.phase_languages(p, name)) for name, p in phases],
+        out / "tokens.png",
+        dpi=dpi,
+    )
 
 
 COMMANDS = {"training": _training, "summary": _summary}

@@ -640,14 +640,17 @@ def _checkpoint_jobs(config: Mapping[str, Any], trained: list[PlannedJob]) -> li
 
 
 def run_plan(config: Mapping[str, Any]) -> RunPlan:
-    """Every GPU job of the validated `config` (defaults filled), sized (the module doc)."""
-    pretrain = _pretrain_jobs(config)
+    """Every GPU job of the validated `config` (defaults filled), sized (the module doc). A
+    post-training-only run (``posttrain.init_from``) has no pretraining job and no shards."""
+    only_posttrain = config["posttrain"].get("init_from") is not None
+    pretrain = [] if only_posttrain else _pretrain_jobs(config)
     post = _posttrain_jobs(config)
     trained = [j for j in pretrain + post if j.rule in TRAINING_RULES]
     jobs = pretrain + post + _checkpoint_jobs(config, trained)
     vocab = FLAVOR_SHAPES[config["pretrain"]["flavor"]].vocab_size
     token_bytes = 2 if vocab <= 1 << 16 else 4
-    shard_bytes = sum(phase["tokens"] for phase in config["tokenize"]["phases"]) * token_bytes
+    tokens = 0 if only_posttrain else sum(p["tokens"] for p in config["tokenize"]["phases"])
+    shard_bytes = tokens * token_bytes
     notes = []
     if any(j.memory_limit_gb is None for j in jobs if j.memory.parts):
         notes.append(

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from apertus.core import ApertusError
 from apertus.core.typed import Config
+from apertus.model.hf_checkpoint import InitFrom
 from apertus.train.run_spec import BatchRampSpec, TrainingSettings
 
-__all__ = ["InitFrom", "LongContextStage", "PretrainConfig", "PretrainLR", "PretrainRestart"]
+__all__ = ["LongContextStage", "PretrainConfig", "PretrainLR", "PretrainRestart"]
 
 
 @dataclass(frozen=True)
@@ -61,17 +62,6 @@ class PretrainRestart(Config, key="pretrain.restart"):
     lr: float | None = None
     """The peak LR from the restart on: of this stage and, for a phase, of the phases after it
     (one WSD schedule); a long-context stage's own ``lr``. None: the configured one."""
-
-
-@dataclass(frozen=True)
-class InitFrom(Config, key="pretrain.init_from"):
-    """A released Hugging Face checkpoint the first phase starts from (its weights only):
-    `apertus.model.hf_checkpoint` finds it and checks it against the flavor."""
-
-    model: str
-    """A Hub id or a local folder."""
-    revision: str | None = None
-    """The Hub revision (branch, tag or commit); None: main. Only for a Hub id."""
 
 
 @dataclass(frozen=True, kw_only=True)

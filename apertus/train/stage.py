@@ -368,14 +368,6 @@ def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[st
     }
 
 
-# What a Hugging Face checkpoint does not hold, which a stage started from one begins afresh.
-NOT_IN_HF_CHECKPOINT = (
-    "optimizer state (AdEMAMix starts at zero)",
-    "step count and LR schedule (the warmup is the config's)",
-    "data position",
-)
-
-
 def resolve_start(cfg: PretrainConfig, name: str) -> tuple[Path, str | None] | None:
     """The local folder of `pretrain.init_from` when stage `name` starts from it (the first
     phase, its Goldfish control), downloaded if need be, and the Hub commit it is at
@@ -392,7 +384,11 @@ def start_record(cfg: PretrainConfig, spec: RunSpec, commit: str | None) -> dict
     """What the manifest says of the checkpoint `spec` starts from: the model, its revision and
     commit, the sha256 of every weight file, and what such a checkpoint does not hold. Its
     shape is checked here with the run's own (the flavor, the data's vocabulary)."""
-    from apertus.model.hf_checkpoint import check_hf_checkpoint, weight_digests
+    from apertus.model.hf_checkpoint import (
+        NOT_IN_HF_CHECKPOINT,
+        check_hf_checkpoint,
+        weight_digests,
+    )
 
     assert cfg.init_from is not None and spec.checkpoint.initial is not None
     checked = check_hf_checkpoint(spec.checkpoint.initial, spec.flavor, spec.model_overrides)

@@ -210,9 +210,61 @@ def test_a_run_started_from_a_released_checkpoint_says_so_in_card_manifest_and_a
     assert "optimizer state (AdEMAMix starts at zero)" in card
     assert metadata_load(run_dir / "release" / "README.md")["base_model"] == record["model"]
     released = json.loads((run_dir / "release" / "RELEASE-MANIFEST.json").read_text())
-    assert released["started_from"] == record
+    assert released["started_from"] == {**record, "stage": "pretrain"}
     report = audit_release(run_dir / "release")
-    assert report.ok and report.started_from == record
+    assert report.ok and report.started_from == released["started_from"]
     text = render_report(report)
     assert "started from swiss-ai/Apertus-8B-2509 (revision v1.0, commit 0123" in text
     assert f"model-00001-of-00002.safetensors sha256 {'b' * 64}" in text
+
+
+def test_a_post_training_only_release_has_no_base_and_no_funnel_and_names_its_start(
+    run_dir, run_config, release_config
+):
+    """`posttrain.init_from` (the start step's manifest records it): the release holds the
+    aligned model only, no data folder; the card says what was post-trained (and that the data
+    compliance is that model's), its aligned model's `base_model` is the start's Hub id (the
+    release has no base of its own), and the audit prints the start."""
+    import dataclasses
+
+    from apertus.audit.checksums import audit_release, render_report
+
+    record = {
+        "model": "swiss-ai/Apertus-8B-2509",
+        "revision": None,
+        "commit": "89abcdef0123456789abcdef0123456789abcdef",
+        "files": {"model.safetensors": {"sha256": "c" * 64, "bytes": 16_000_000_000}},
+        "not_in_checkpoint": ["data position"],
+    }
+    phase = json.loads((run_dir / "pretrain" / "p1.manifest.json").read_text())
+    start = {**phase, "stage": "posttrain", "step": "start", "summary": {"init_from": record}}
+    (run_dir / "posttrain" / "start.manifest.json").write_text(json.dumps(start))
+    for manifest in (run_dir / "pretrain").glob("*.manifest.json"):
+        manifest.unlink()  # no pretraining in such a run
+    inputs = dataclasses.replace(
+        release_inputs(run_dir),
+        base=None,
+        base_checkpoint=None,
+        funnel_json=None,
+        funnel_png=None,
+        memorization=None,
+    )
+    build_release(inputs, release_config, run_config, run_dir / "release")
+    release = run_dir / "release"
+    assert not (release / "base").exists() and not (release / "data").exists()
+    card = (release / "README.md").read_text()
+    assert "A model post-trained from `swiss-ai/Apertus-8B-2509`" in card
+    assert "Post-training (SFT) started from the weights of `swiss-ai/Apertus-8B-2509`" in card
+    assert "This run has no data stage: it post-trained `swiss-ai/Apertus-8B-2509`" in card
+    assert "data funnel" not in card
+    assert "Warmup-Stable-Decay" not in card and "Goldfish" not in card  # no pretraining here
+    aligned = metadata_load(release / "aligned" / "README.md")
+    assert aligned["base_model"] == record["model"]
+    index = metadata_load(release / "README.md")["model-index"]
+    assert [entry["name"] for entry in index] == ["apertus-tiny-fixture-run/aligned"]
+    released = json.loads((release / "RELEASE-MANIFEST.json").read_text())
+    assert released["started_from"] == {**record, "stage": "posttrain"}
+    report = audit_release(release)
+    assert report.ok
+    text = render_report(report)
+    assert "post-training started from swiss-ai/Apertus-8B-2509 (revision main, commit 89ab" in text

@@ -145,6 +145,11 @@ os.environ["PATH"] = os.pathsep.join(
 # Final outputs of each stage; stages append theirs, `rule all` asks for all of them.
 TARGETS = []
 
+# A post-training-only run (`posttrain.init_from`: a released checkpoint): the data,
+# tokenization and pretraining stages add no target, and post-training starts from the
+# checkpoint (workflow/rules/posttrain.smk, `posttrain_start`).
+POSTTRAIN_ONLY = config["posttrain"]["init_from"] is not None
+
 
 def stage_path(stage, *parts):
     """Output path of a stage: <results_dir>/<run>/<stage>/<parts...>."""

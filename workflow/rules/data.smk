@@ -263,4 +263,6 @@ rule data_probes:
         " --output-dir {output.out} > {log} 2>&1"
 
 
-TARGETS.extend([rules.data_select.output.manifest, rules.data_funnel.output.json])
+if not POSTTRAIN_ONLY:
+
+    TARGETS.extend([rules.data_select.output.manifest, rules.data_funnel.output.json])

@@ -12,8 +12,9 @@ EVALUATE_CHECKPOINTS = PRETRAIN_TRAINED + POSTTRAIN_STAGES
 EVALUATE_INSTRUCT = POSTTRAIN_STAGES if EVALUATE["instruct"]["tasks"] else []
 
 
-# The memorization probes are measured when the data stage planted them.
-EVALUATE_MEMORIZATION = config["data"]["probes"]["enabled"]
+# The memorization probes are measured when the data stage planted them (a post-training-only
+# run has no data stage).
+EVALUATE_MEMORIZATION = config["data"]["probes"]["enabled"] and not POSTTRAIN_ONLY
 
 
 # No `group:` for a checkpoint's export, evaluation and memorization (one GPU allocation for
@@ -24,8 +25,8 @@ EVALUATE_MEMORIZATION = config["data"]["probes"]["enabled"]
 rule export_checkpoint:
     input:
         run=lambda wildcards: evaluate_run_dir(wildcards.stage),
-        tokenizer=TOKENIZE_TOKENIZER,
-        heldout=rules.tokenize_heldout.output.out,
+        tokenizer=RUN_TOKENIZER,
+        heldout=RUN_HELDOUT,
     output:
         out=directory(stage_path("export", "{stage}")),
         manifest=stage_path("export", "{stage}.manifest.json"),
@@ -52,7 +53,7 @@ rule export_checkpoint:
 
 rule evaluate_tasks:
     input:
-        heldout=rules.tokenize_heldout.output.out,
+        heldout=RUN_HELDOUT,
     output:
         out=directory(stage_path("evaluate", "tasks")),
         manifest=stage_path("evaluate", "tasks.manifest.json"),

@@ -1,5 +1,6 @@
 # Post-training (RECIPE.md §7): the instruction set -> SFT data -> SFT on torchtitan from the
-# last pretraining stage -> QRPO: reference samples from the exported SFT model, rewards,
+# last pretraining stage (or, with `posttrain.init_from`, from a released checkpoint that
+# `posttrain_start` brings into the run) -> QRPO: reference samples from the exported SFT model, rewards,
 # quantiles and reference log-probs -> QRPO training -> each policy's answers to the held-out
 # prompts, scored -> the reward report (SFT vs aligned).
 # The SFT and QRPO models are exported and evaluated by workflow/rules/evaluate.smk.
@@ -10,6 +11,18 @@ from apertus.core.config import shipped_path
 POSTTRAIN = config["posttrain"]
 POSTTRAIN_STAGES = ["sft", "qrpo"] if POSTTRAIN["enabled"] else []
 POSTTRAIN_INSTRUCTIONS = stage_path("posttrain", "instructions")
+# Where SFT starts (a run.json it reads), and the tokenizer and held-out texts the SFT data, the
+# exports and the evaluation tasks read: the run's last pretraining stage and tokenization, or
+# the released checkpoint's (`posttrain_start`) in a post-training-only run.
+POSTTRAIN_START = stage_path("posttrain", "start")
+if POSTTRAIN_ONLY:
+    POSTTRAIN_PREVIOUS = POSTTRAIN_START
+    RUN_TOKENIZER = stage_path("posttrain", "start_tokenizer")
+    RUN_HELDOUT = stage_path("posttrain", "start_heldout")
+else:
+    POSTTRAIN_PREVIOUS = stage_path("pretrain", PRETRAIN_STAGES[-1])
+    RUN_TOKENIZER = TOKENIZE_TOKENIZER
+    RUN_HELDOUT = stage_path("tokenize", "heldout")
 # Pretraining documents replayed in SFT (posttrain.sft_data.replay): the phase index they come
 # from, a tokenization phase (apertus.plan_check, called by common.smk, checks it is one).
 POSTTRAIN_REPLAY = POSTTRAIN["sft_data"]["replay"]
@@ -59,10 +72,41 @@ rule posttrain_instructions:
         " --manifest {output.manifest} --output {output.out} > {log} 2>&1"
 
 
+rule posttrain_start:
+    input:
+        instructions=POSTTRAIN_INSTRUCTIONS,
+    output:
+        out=directory(POSTTRAIN_START),
+        tokenizer=directory(stage_path("posttrain", "start_tokenizer")),
+        heldout=directory(stage_path("posttrain", "start_heldout")),
+        manifest=stage_path("posttrain", "start.manifest.json"),
+    log:
+        log_path("posttrain", "start"),
+    benchmark:
+        benchmark_path("posttrain", "start")
+    threads: 1
+    resources:
+        # Files fetched and checked: no GPU asked for on a cluster.
+        **stage_job_resources("default"),
+    params:
+        code=step_code("apertus.posttrain.start"),
+        config=lambda wildcards: canonical_json(
+            {
+                "init_from": POSTTRAIN["init_from"],
+                "flavor": config["pretrain"]["flavor"],
+            }
+        ),
+    shell:
+        "python -m apertus.posttrain.start --config {params.config:q}"
+        " --manifest {output.manifest} --instructions {input.instructions}"
+        " --output {output.out} --tokenizer {output.tokenizer} --heldout {output.heldout}"
+        " > {log} 2>&1"
+
+
 rule posttrain_sft_data:
     input:
         instructions=POSTTRAIN_INSTRUCTIONS,
-        tokenizer=TOKENIZE_TOKENIZER,
+        tokenizer=RUN_TOKENIZER,
         replay=POSTTRAIN_REPLAY_PHASE,
     output:
         out=directory(stage_path("posttrain", "sft_data")),
@@ -89,7 +133,7 @@ rule posttrain_sft_data:
 rule posttrain_sft:
     input:
         sft_data=rules.posttrain_sft_data.output.out,
-        previous=stage_path("pretrain", PRETRAIN_STAGES[-1]),
+        previous=POSTTRAIN_PREVIOUS,
     output:
         out=directory(stage_path("posttrain", "sft")),
         manifest=stage_path("posttrain", "sft.manifest.json"),

@@ -12,10 +12,11 @@ PRETRAIN_PLAN = {
     stage.name: stage for stage in pretrain_stages(PretrainConfig.from_dict(PRETRAIN))
 }
 # Every stage trained, in plan order; the line (each stage continuing the one before, the last
-# one post-trained and released) leaves out the Goldfish control.
-PRETRAIN_TRAINED = list(PRETRAIN_PLAN)
+# one post-trained and released) leaves out the Goldfish control. None in a post-training-only
+# run (`POSTTRAIN_ONLY`).
+PRETRAIN_TRAINED = [] if POSTTRAIN_ONLY else list(PRETRAIN_PLAN)
 PRETRAIN_STAGES = [
-    name for name, stage in PRETRAIN_PLAN.items() if stage.kind != "control"
+    name for name in PRETRAIN_TRAINED if PRETRAIN_PLAN[name].kind != "control"
 ]
 # The Goldfish control, if any: {control stage: the phase it repeats without Goldfish}.
 PRETRAIN_CONTROLS = {

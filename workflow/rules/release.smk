@@ -9,7 +9,8 @@ RELEASE = config["release"]
 # Every other stage's sinks: any change upstream re-runs the release (taken before the
 # release adds its own).
 RELEASE_SINKS = list(TARGETS)
-RELEASE_BASE = PRETRAIN_STAGES[-1]
+# The base model: the last pretraining stage; none in a post-training-only run.
+RELEASE_BASE = PRETRAIN_STAGES[-1] if PRETRAIN_STAGES else None
 RELEASE_ALIGNED = "qrpo" if "qrpo" in POSTTRAIN_STAGES else None
 RELEASE_FOLDER = stage_path("release")
 
@@ -17,7 +18,7 @@ RELEASE_FOLDER = stage_path("release")
 rule release:
     input:
         sinks=RELEASE_SINKS,
-        base=stage_path("export", RELEASE_BASE),
+        base=[stage_path("export", RELEASE_BASE)] if RELEASE_BASE else [],
         aligned=[stage_path("export", RELEASE_ALIGNED)] if RELEASE_ALIGNED else [],
         table=rules.evaluate_table.output.out,
         memorization=(
@@ -33,8 +34,11 @@ rule release:
             if EVALUATE_MEMORIZATION
             else []
         ),
-        funnel_json=rules.data_funnel.output.json,
-        funnel_png=rules.data_funnel.output.plot,
+        funnel=(
+            []
+            if POSTTRAIN_ONLY
+            else [rules.data_funnel.output.json, rules.data_funnel.output.plot]
+        ),
         reward=(
             [
                 rules.posttrain_report.output.json,
@@ -62,9 +66,14 @@ rule release:
         run_config=lambda wildcards: canonical_json(config),
         # The run's step manifests are collected into RELEASE-MANIFEST.json.
         run_dir=lambda wildcards, output: os.path.dirname(output.out),
-        base=lambda wildcards, input: f"--base {input.base}={RELEASE_BASE}",
         optional=lambda wildcards, input: " ".join(
-            (
+            ([f"--base {input.base[0]}={RELEASE_BASE}"] if input.base else [])
+            + (
+                [f"--funnel-json {input.funnel[0]} --funnel-png {input.funnel[1]}"]
+                if input.funnel
+                else []
+            )
+            + (
                 [f"--aligned {input.aligned[0]}={RELEASE_ALIGNED}"]
                 if input.aligned
                 else []
@@ -88,9 +97,8 @@ rule release:
     shell:
         "python -m apertus.release.stage --config {params.config:q}"
         " --run-config {params.run_config:q} --manifest {output.manifest}"
-        " --run-dir {params.run_dir} {params.base}"
-        " --table {input.table} --funnel-json {input.funnel_json}"
-        " --funnel-png {input.funnel_png} {params.optional} --output {output.out}"
+        " --run-dir {params.run_dir} --table {input.table} {params.optional}"
+        " --output {output.out}"
         " --sinks {input.sinks} > {log} 2>&1"
 
 

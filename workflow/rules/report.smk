@@ -9,12 +9,15 @@
 REPORT_TRAINING = PRETRAIN_TRAINED + POSTTRAIN_STAGES
 # Stages with a manifest page, in pipeline order.
 REPORT_STAGES = (
-    ["data", "tokenize", "pretrain", "export", "evaluate"]
+    ([] if POSTTRAIN_ONLY else ["data", "tokenize", "pretrain"])
+    + ["export", "evaluate"]
     + (["posttrain"] if POSTTRAIN_STAGES else [])
     + (["release"] if RELEASE["enabled"] else [])
     + ["report"]
 )
 REPORT_PHASES = [phase["name"] for phase in config["tokenize"]["phases"]]
+# The data and tokenization pages, of a run with those stages (not a post-training-only one).
+REPORT_DATA = not POSTTRAIN_ONLY
 REPORT_SUMMARY = stage_path("report", "summary")
 
 
@@ -56,25 +59,38 @@ rule report_summary:
         sinks=RELEASE_SINKS
         + ([rules.release.output.manifest] if RELEASE["enabled"] else []),
         training=expand(rules.report_training.output.manifest, stage=REPORT_TRAINING),
-        funnel=rules.data_funnel.output.json,
-        filtered=expand(
-            rules.data_filter.output.manifest,
-            zip,
-            source=[os.path.basename(os.path.dirname(d)) for d in DATA_FILTERED],
-            shard=[os.path.basename(d) for d in DATA_FILTERED],
-        ),
-        corpus=rules.data_select.output.manifest,
-        removed=[
-            *expand(
-                rules.data_filter.output.removed,
+        # The data and tokenization pages' inputs (REPORT_DATA).
+        funnel=[rules.data_funnel.output.json] if REPORT_DATA else [],
+        filtered=(
+            expand(
+                rules.data_filter.output.manifest,
                 zip,
                 source=[os.path.basename(os.path.dirname(d)) for d in DATA_FILTERED],
                 shard=[os.path.basename(d) for d in DATA_FILTERED],
-            ),
-            rules.data_dedup.output.removed,
-            rules.data_select.output.removed,
-        ],
-        phases=expand(rules.tokenize_phase.output.out, phase=REPORT_PHASES),
+            )
+            if REPORT_DATA
+            else []
+        ),
+        corpus=[rules.data_select.output.manifest] if REPORT_DATA else [],
+        removed=(
+            [
+                *expand(
+                    rules.data_filter.output.removed,
+                    zip,
+                    source=[os.path.basename(os.path.dirname(d)) for d in DATA_FILTERED],
+                    shard=[os.path.basename(d) for d in DATA_FILTERED],
+                ),
+                rules.data_dedup.output.removed,
+                rules.data_select.output.removed,
+            ]
+            if REPORT_DATA
+            else []
+        ),
+        phases=(
+            expand(rules.tokenize_phase.output.out, phase=REPORT_PHASES)
+            if REPORT_DATA
+            else []
+        ),
         table=rules.evaluate_table.output.out,
         memorization=(
             expand(rules.evaluate_memorization.output.out, stage=EVALUATE_CHECKPOINTS)
@@ -83,23 +99,29 @@ rule report_summary:
         ),
         rewards=[rules.posttrain_report.output.json] if POSTTRAIN_STAGES else [],
     output:
-        compliance=report_file(
-            os.path.join(REPORT_SUMMARY, "compliance.html"),
-            "compliance",
-            "1. Data",
-            what="robots.txt, PII, skipped records, removed samples",
-        ),
-        tokens_plot=report_file(
-            os.path.join(REPORT_SUMMARY, "tokens.png"),
-            "tokens",
-            "2. Tokenization",
-            what="tokens per phase (figure)",
-        ),
-        tokens=report_file(
-            os.path.join(REPORT_SUMMARY, "tokens.html"),
-            "tokens",
-            "2. Tokenization",
-            what="tokens per phase (tables)",
+        data=(
+            [
+                report_file(
+                    os.path.join(REPORT_SUMMARY, "compliance.html"),
+                    "compliance",
+                    "1. Data",
+                    what="robots.txt, PII, skipped records, removed samples",
+                ),
+                report_file(
+                    os.path.join(REPORT_SUMMARY, "tokens.png"),
+                    "tokens",
+                    "2. Tokenization",
+                    what="tokens per phase (figure)",
+                ),
+                report_file(
+                    os.path.join(REPORT_SUMMARY, "tokens.html"),
+                    "tokens",
+                    "2. Tokenization",
+                    what="tokens per phase (tables)",
+                ),
+            ]
+            if REPORT_DATA
+            else []
         ),
         cost=report_file(
             os.path.join(REPORT_SUMMARY, "cost.html"),
@@ -167,10 +189,15 @@ rule report_summary:
         code=step_code("apertus.report.steps"),
         config=stage_config("report"),
         run_dir=RUN_DIR,
-        output_dir=lambda wildcards, output: os.path.dirname(output.compliance),
-        filtered=lambda wildcards, input: " ".join(
-            f"--filter-manifest {path.split(os.sep)[-2]}={path}"
-            for path in input.filtered
+        output_dir=REPORT_SUMMARY,
+        data=lambda wildcards, input: " ".join(
+            [f"--funnel {path}" for path in input.funnel]
+            + [f"--corpus-manifest {path}" for path in input.corpus]
+            + [
+                f"--filter-manifest {path.split(os.sep)[-2]}={path}"
+                for path in input.filtered
+            ]
+            + [f"--removed {path}" for path in input.removed]
         ),
         phases=lambda wildcards, input: " ".join(
             f"--phase {name}={path}" for name, path in zip(REPORT_PHASES, input.phases)
@@ -189,9 +216,7 @@ rule report_summary:
     shell:
         "python -m apertus.report.steps summary --config {params.config:q}"
         " --manifest {output.manifest} --run-dir {params.run_dir}"
-        " --output-dir {params.output_dir} --funnel {input.funnel}"
-        " {params.filtered} --corpus-manifest {input.corpus} {params.phases}"
-        " $(printf -- ' --removed %s' {input.removed})"
+        " --output-dir {params.output_dir} {params.data} {params.phases}"
         " --scores {input.table}/scores.csv {params.memorization} {params.rewards}"
         " {params.stages} --run-config {params.run_config:q} > {log} 2>&1"
 

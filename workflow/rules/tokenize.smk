@@ -164,12 +164,14 @@ rule tokenize_phase:
         " --output {output.out} > {log} 2>&1"
 
 
-TARGETS.extend(
-    [
-        rules.tokenize_heldout.output.manifest,
-        *expand(
-            rules.tokenize_phase.output.manifest,
-            phase=list(TOKENIZE_PHASES),
-        ),
-    ]
-)
+if not POSTTRAIN_ONLY:
+
+    TARGETS.extend(
+        [
+            rules.tokenize_heldout.output.manifest,
+            *expand(
+                rules.tokenize_phase.output.manifest,
+                phase=list(TOKENIZE_PHASES),
+            ),
+        ]
+    )
