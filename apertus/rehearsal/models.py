@@ -372,32 +372,15 @@ CHECKPOINT_FLAVOR = "debug"
 
 def build_apertus_checkpoint(directory: Path, flavor_name: str = CHECKPOINT_FLAVOR) -> None:
     """A random ``ApertusForCausalLM`` of `flavor_name`'s shape and RoPE with the vocabulary
-    of :data:`TOKENIZER_VOCAB`, made and saved by transformers into `directory` (beside the
-    tokenizer there), in bfloat16."""
-    from transformers import ApertusConfig, ApertusForCausalLM
+    of :data:`TOKENIZER_VOCAB` (the config the export writes, `hf_config`), initialized and
+    saved by transformers into `directory` (beside the tokenizer there), in bfloat16."""
+    from transformers import ApertusForCausalLM
 
     from apertus.model.flavors import flavor
-    from apertus.model.state_dict_adapter import rope_parameters
+    from apertus.model.state_dict_adapter import hf_config
 
-    shape = flavor(flavor_name)
     torch.manual_seed(4)
-    config = ApertusConfig(
-        vocab_size=TOKENIZER_VOCAB,
-        hidden_size=shape.dim,
-        intermediate_size=shape.ffn_hidden,
-        num_hidden_layers=shape.n_layers,
-        num_attention_heads=shape.n_heads,
-        num_key_value_heads=shape.n_kv_heads,
-        head_dim=shape.attention_head_dim,
-        hidden_act="xielu",
-        max_position_embeddings=shape.max_seq_len,
-        rms_norm_eps=shape.norm_eps,
-        rope_parameters=rope_parameters(shape),
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=3,
-    )
+    config = hf_config(flavor(flavor_name, vocab_size=TOKENIZER_VOCAB), dtype="bfloat16")
     model = ApertusForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(directory)
 
