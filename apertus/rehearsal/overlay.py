@@ -126,6 +126,7 @@ INPUT_KEYS = (
     "data.toxicity.head",
     "data.toxicity.labels",
     "tokenize.tokenizer.source",
+    "posttrain.init_from.model",
     "posttrain.instructions.source.**",
     "posttrain.qrpo_data.reward.model",
     "posttrain.qrpo_data.rewards_by_category.*.model",
@@ -163,14 +164,18 @@ def drift(preset: Mapping[str, Any], rehearsal: Mapping[str, Any]) -> list[str]:
 
 
 def overlay_drift(
-    preset_file: str | os.PathLike,
-    overlay_file: str | os.PathLike,
+    preset_file: str | os.PathLike | Sequence[str | os.PathLike],
+    overlay_file: str | os.PathLike | Sequence[str | os.PathLike],
     directory: str | os.PathLike | None = None,
 ) -> list[str]:
     """`drift` of the preset merged with the overlay against the preset alone, both merged as
-    Snakemake merges `--configfile PRESET [OVERLAY]` in the checkout `directory`."""
-    preset = load_config([preset_file], directory=directory)
-    rehearsal = load_config([preset_file, overlay_file], directory=directory)
+    Snakemake merges `--configfile PRESET... [OVERLAY...]` in the checkout `directory`. A
+    preset made of several files (a preset and its addendum, e.g. apertus-8b.yaml then
+    apertus-8b-posttrain.yaml) comes with its overlays in the same order."""
+    presets = [preset_file] if isinstance(preset_file, str | os.PathLike) else list(preset_file)
+    overlays = [overlay_file] if isinstance(overlay_file, str | os.PathLike) else list(overlay_file)
+    preset = load_config(presets, directory=directory)
+    rehearsal = load_config([*presets, *overlays], directory=directory)
     return drift(preset, rehearsal)
 
 

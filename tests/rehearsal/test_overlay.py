@@ -305,3 +305,49 @@ def test_the_rehearsals_profile_is_the_local_clusters_with_job_groups():
     assert set(components) <= set(groups.values())
     # Training, SFT and QRPO are two-node jobs of their own.
     assert not {"pretrain_stage", "posttrain_sft", "posttrain_qrpo"} & set(groups)
+
+
+# The post-training preset is an addendum merged after the 8B preset, and so is its overlay.
+POSTTRAIN_PRESETS = [PRESET, REPO / "config" / "presets" / "apertus-8b-posttrain.yaml"]
+POSTTRAIN_OVERLAYS = [OVERLAY, REPO / "config" / "rehearsal" / "apertus-8b-posttrain.yaml"]
+
+
+def test_the_post_training_rehearsal_changes_only_sizes_and_locations(tmp_path):
+    assert overlay_drift(POSTTRAIN_PRESETS, POSTTRAIN_OVERLAYS) == []
+    rehearsal = load_config([*POSTTRAIN_PRESETS, *POSTTRAIN_OVERLAYS])
+    assert rehearsal["posttrain"]["init_from"]["model"].startswith(STANDIN_ROOT)
+    # The released model is an input like the others: a Hub id elsewhere is another recipe,
+    # and the addendum's recipe keys are the 8B preset's.
+    overlay = yaml.safe_load(POSTTRAIN_OVERLAYS[1].read_text(encoding="utf-8"))
+    overlay["posttrain"]["init_from"]["model"] = "someone/Apertus-8B-finetune"
+    overlay["posttrain"]["sft"] = {"lr": 1e-4}
+    changed = tmp_path / "overlay.yaml"
+    changed.write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    problems = overlay_drift(POSTTRAIN_PRESETS, [OVERLAY, changed])
+    assert [p.split(":")[0] for p in problems] == ["posttrain.sft.lr", "posttrain.init_from.model"]
+    assert f"a stand-in under {STANDIN_ROOT}" in problems[1]
+
+
+@pytest.mark.slow
+def test_the_post_training_rehearsals_dry_run_plans_post_training_only(tmp_path):
+    """`snakemake -n` of the post-training preset with its overlay, the stand-ins in place (the
+    released model's too): SFT, QRPO, their evaluation and the release, and no data,
+    tokenization or pretraining job."""
+    from apertus.rehearsal import models
+
+    config = load_config([*POSTTRAIN_PRESETS, *POSTTRAIN_OVERLAYS])
+    _inputs_in_place(tmp_path, config)
+    start = tmp_path / config["posttrain"]["init_from"]["model"]
+    start.mkdir(parents=True, exist_ok=True)
+    models.build_tokenizer(start, models.sample_texts())
+    models.build_apertus_checkpoint(start)
+    plan = explain_changes(
+        [*POSTTRAIN_PRESETS, *POSTTRAIN_OVERLAYS],
+        results_dir=str(tmp_path / "results"),
+        cwd=tmp_path,
+    )
+    rules = Counter(job.rule for job in plan.jobs)
+    assert not {rule.split("_")[0] for rule in rules} & {"data", "tokenize", "pretrain"}, rules
+    assert rules["posttrain_start"] == rules["posttrain_sft"] == rules["posttrain_qrpo"] == 1
+    assert rules["export_checkpoint"] == 2 and rules["release"] == 1
+    assert plan.run_dir.endswith("apertus-8b-posttrain-rehearsal")

@@ -1,8 +1,8 @@
 # Post-training (RECIPE.md §7): the instruction set -> SFT data -> SFT on torchtitan from the
 # last pretraining stage (or, with `posttrain.init_from`, from a released checkpoint that
-# `posttrain_start` brings into the run) -> QRPO: reference samples from the exported SFT model, rewards,
-# quantiles and reference log-probs -> QRPO training -> each policy's answers to the held-out
-# prompts, scored -> the reward report (SFT vs aligned).
+# `posttrain_start` brings into the run) -> QRPO: reference samples from the exported SFT
+# model, rewards, quantiles and reference log-probs -> QRPO training -> each policy's answers
+# to the held-out prompts, scored -> the reward report (SFT vs aligned).
 # The SFT and QRPO models are exported and evaluated by workflow/rules/evaluate.smk.
 # Code: apertus/posttrain/. Config: `posttrain:` (config/README.md). Tests: tests/posttrain/.
 
