@@ -191,7 +191,7 @@ rule report_summary:
         code=step_code("apertus.report.steps"),
         config=stage_config("report"),
         run_dir=RUN_DIR,
-        output_dir=REPORT_SUMMARY,
+        output_dir=lambda wildcards, output: os.path.dirname(output.cost),
         data=lambda wildcards, input: " ".join(
             [f"--funnel {path}" for path in input.funnel]
             + [f"--corpus-manifest {path}" for path in input.corpus]
