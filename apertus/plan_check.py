@@ -250,6 +250,13 @@ def _typed_sections(config: Mapping[str, Any]) -> list[str]:
         (SFTTrainingConfig, posttrain["sft"], "posttrain.sft"),
     ):
         problems += _attempt(where, cls.from_dict, section)[1]
+    if not config["pretrain"]["phases"] and config["posttrain"]["init_from"] is None:
+        # No phase: the plan's own check (apertus.train.plan) that the first stage has weights.
+        from apertus.train.plan import pretrain_stages
+
+        pretrain = _attempt("pretrain", PretrainConfig.from_dict, config["pretrain"])[0]
+        if pretrain is not None:
+            problems += _attempt("pretrain", pretrain_stages, pretrain)[1]
     heldout = config["tokenize"]["heldout"]
     if heldout["min_documents"] > heldout["max_documents"]:
         problems.append(
@@ -415,17 +422,18 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
             )
             return problems + split
     total = sum(phase.steps for phase in phases)
-    problems += spec_problems(
-        "pretrain",
-        split,
-        phase_dir=cfg.phases[-1],
-        model_overrides={"rope_theta": cfg.rope_theta, "max_seq_len": cfg.seq_len},
-        seq_len=cfg.seq_len,
-        global_batch=cfg.global_batch,
-        batch_ramp=cfg.batch_ramp,
-        steps=total,
-        lr=wsd_schedule(cfg, ramp, total),
-    )
+    if phases:  # none: the long-context stages alone, from pretrain.init_from
+        problems += spec_problems(
+            "pretrain",
+            split,
+            phase_dir=cfg.phases[-1],
+            model_overrides={"rope_theta": cfg.rope_theta, "max_seq_len": cfg.seq_len},
+            seq_len=cfg.seq_len,
+            global_batch=cfg.global_batch,
+            batch_ramp=cfg.batch_ramp,
+            steps=total,
+            lr=wsd_schedule(cfg, ramp, total),
+        )
     # The long-context stages: the previous weights, their own batch, nodes and data.
     for i, long in enumerate(cfg.long_context):
         where = key_path(["pretrain", "long_context", i])

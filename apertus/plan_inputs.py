@@ -123,11 +123,14 @@ def _hub_cache() -> str:
     return constants.HF_HUB_CACHE
 
 
-def _in_hub_cache(repo_id: str, files: Sequence[str]) -> bool:
-    """Whether one of `files` of the model `repo_id` is in the Hugging Face cache (no request)."""
+def _in_hub_cache(repo_id: str, files: Sequence[str], revision: str | None = None) -> bool:
+    """Whether one of `files` of the model `repo_id` (at `revision`; None: main) is in the
+    Hugging Face cache (no request)."""
     from huggingface_hub import try_to_load_from_cache
 
-    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in files)
+    return any(
+        isinstance(try_to_load_from_cache(repo_id, name, revision=revision), str) for name in files
+    )
 
 
 def _offline_hub_message(key: str, value: str, what: str, repo_type: str = "model") -> str:
@@ -140,10 +143,17 @@ def _offline_hub_message(key: str, value: str, what: str, repo_type: str = "mode
     )
 
 
-def _model_location(key: str, value: str, offline: bool, files: Sequence[str], what: str):
+def _model_location(
+    key: str,
+    value: str,
+    offline: bool,
+    files: Sequence[str],
+    what: str,
+    revision: str | None = None,
+):
     """A model or tokenizer given as a local folder or a Hub id, as transformers'
     from_pretrained finds it: the folder when there is one (holding one of `files`), else the
-    Hub repository (offline: in the cache)."""
+    Hub repository at `revision` (offline: in the cache)."""
     path = Path(value)  # as the jobs take it: no `~` expansion
     if path.is_dir():
         if not any((path / name).is_file() for name in files):
@@ -158,7 +168,7 @@ def _model_location(key: str, value: str, offline: bool, files: Sequence[str], w
         ]
     if not _is_hub_id(value):
         return [f"key '{key}' is {value!r}: {path.absolute()} does not exist (nor is it a Hub id)"]
-    if offline and not _in_hub_cache(value, files):
+    if offline and not _in_hub_cache(value, files, revision):
         return [_offline_hub_message(key, value, what)]
     return []  # online: the job downloads it (plan time makes no request)
 
@@ -299,11 +309,21 @@ def _classifier_problems(task: str, spec: Mapping[str, Any], offline: bool) -> l
 
 
 def _tokenizer_problems(tokenize: Mapping[str, Any], offline: bool) -> list[str]:
-    source = tokenize["tokenizer"]["source"]
+    source, revision = tokenize["tokenizer"]["source"], tokenize["tokenizer"]["revision"]
     if source == "train":  # trained by the run
+        if revision is not None:
+            return [
+                f"key 'tokenize.tokenizer.revision' is {revision!r}, but the run trains its "
+                "tokenizer (tokenize.tokenizer.source: train); set it to null"
+            ]
         return []
+    if revision is not None and Path(source).is_dir():
+        return [
+            f"key 'tokenize.tokenizer.revision' is {revision!r}: a revision is for a Hub id; "
+            f"{source!r} is a local folder"
+        ]
     where = "tokenize.tokenizer.source"
-    return _model_location(where, source, offline, TOKENIZER_FILES, "tokenizer")
+    return _model_location(where, source, offline, TOKENIZER_FILES, "tokenizer", revision)
 
 
 def _restart_problems(pretrain: Mapping[str, Any]) -> list[str]:
@@ -340,6 +360,14 @@ def _init_from_problems(
             f"key 'tokenize.tokenizer.source' is {source!r}: a run that starts from "
             f"{model!r} (pretrain.init_from) tokenizes with its tokenizer; set "
             f"tokenize.tokenizer.source to {model!r}"
+        )
+    elif tokenize["tokenizer"]["revision"] != revision:
+        problems.append(
+            f"key 'tokenize.tokenizer.revision' is {tokenize['tokenizer']['revision']!r}: a run "
+            f"that starts from {model!r} at revision {revision or 'main'!r} (pretrain.init_from) "
+            "tokenizes "
+            "with that revision's tokenizer; set tokenize.tokenizer.revision to "
+            + ("null" if revision is None else repr(revision))
         )
     elif Path(model).is_dir() and not _model_location(
         "tokenize.tokenizer.source", source, offline, TOKENIZER_FILES, "tokenizer"
@@ -384,7 +412,9 @@ def _start_folder(
                 f"for a Hub id; {model!r} is a local folder"
             ]
         return folder, []
-    found = _model_location(where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint")
+    found = _model_location(
+        where, model, offline, [CONFIG_FILE, SINGLE_FILE], "checkpoint", revision
+    )
     if found:  # no folder, no Hub id, or (offline) not in the cache
         return None, found
     from huggingface_hub import try_to_load_from_cache

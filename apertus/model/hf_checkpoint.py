@@ -28,7 +28,7 @@ from typing import Any
 from apertus.core import ApertusError
 from apertus.core.files import sha256_file
 from apertus.core.typed import Config
-from apertus.model.shapes import FLAVOR_SHAPES, Shape
+from apertus.model.shapes import FLAVOR_SHAPES, RopeScaling, Shape
 
 __all__ = [
     "HF_SHAPE_FIELDS",
@@ -40,6 +40,8 @@ __all__ = [
     "check_hf_checkpoint",
     "config_problems",
     "resolve_hf_checkpoint",
+    "rope_scaling_problems",
+    "start_record",
     "weight_digests",
 ]
 
@@ -70,7 +72,7 @@ NOT_IN_HF_CHECKPOINT = (
 @dataclass(frozen=True)
 class InitFrom(Config, key="pretrain.init_from"):
     """A released checkpoint a stage starts from (its weights only; `resolve_hf_checkpoint`
-    finds it, `check_hf_checkpoint` checks it): ``pretrain.init_from``, the first phase's."""
+    finds it, `check_hf_checkpoint` checks it): ``pretrain.init_from``, the first stage's."""
 
     model: str
     """A Hub id or a local folder."""
@@ -90,6 +92,8 @@ class HFCheckpoint:
 
     folder: Path
     weight_files: tuple[str, ...]
+    rope_theta: float | None = None
+    """The ``rope_theta`` it was trained at (None: not stated); a stage trains at its own."""
 
 
 def _shape(flavor: str, overrides: Mapping[str, Any]) -> Shape:
@@ -134,6 +138,7 @@ def config_problems(
     vocab = config.get("vocab_size")
     if own_vocabulary and isinstance(vocab, int) and vocab > shape.vocab_size:
         shape = replace(shape, vocab_size=vocab)
+    problems += rope_scaling_problems(config)
     heads = config.get("num_attention_heads")
     for ours, theirs in HF_SHAPE_FIELDS:
         expected = shape.attention_head_dim if ours == "head_dim" else getattr(shape, ours)
@@ -143,6 +148,48 @@ def config_problems(
         if value != expected:
             problems.append(f"{theirs} is {value!r}, flavor {flavor!r} has {ours} {expected}")
     return problems
+
+
+def rope_scaling_problems(config: Mapping[str, Any]) -> list[str]:
+    """Where the RoPE frequency scaling of a transformers ``config.json`` (transformers 5's
+    ``rope_parameters``, else 4.x's ``rope_scaling``) is not the flavors' Llama-3.1 scaling
+    (`RopeScaling`, RECIPE §1): its type, then each of its four numbers. Not ``rope_theta``: a
+    stage trains at its own (a long-context stage raises it); the start's record holds the
+    checkpoint's (`HFCheckpoint.rope_theta`)."""
+    ours = RopeScaling()
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(params, Mapping):
+        return [f"rope_scaling is {params!r}, not an object"]
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind != "llama3":
+        return [
+            f"rope_type is {kind!r}, the flavors' RoPE has the Llama-3.1 scaling ('llama3', "
+            f"factor {ours.factor:g}, original_max_position_embeddings "
+            f"{ours.original_max_position_embeddings})"
+        ]
+    problems = []
+    for name in ("factor", "low_freq_factor", "high_freq_factor"):
+        if params.get(name) != getattr(ours, name):
+            problems.append(
+                f"rope_scaling.{name} is {params.get(name)!r}, the flavors' is "
+                f"{getattr(ours, name):g}"
+            )
+    original = params.get("original_max_position_embeddings")
+    if original != ours.original_max_position_embeddings:
+        problems.append(
+            f"rope_scaling.original_max_position_embeddings is {original!r}, the flavors' is "
+            f"{ours.original_max_position_embeddings}"
+        )
+    return problems
+
+
+def _rope_theta(config: Mapping[str, Any]) -> float | None:
+    """The ``rope_theta`` a transformers ``config.json`` was trained at (5's
+    ``rope_parameters``, else 4.x's top-level key); None: not stated."""
+    params = config.get("rope_parameters")
+    theta = params.get("rope_theta") if isinstance(params, Mapping) else None
+    theta = config.get("rope_theta") if theta is None else theta
+    return float(theta) if isinstance(theta, int | float) else None
 
 
 def _weight_files(folder: Path) -> tuple[str, ...]:
@@ -195,7 +242,7 @@ def check_hf_checkpoint(
         raise ApertusError(
             f"{config_path} does not match flavor {flavor!r}: " + "; ".join(problems)
         )
-    return HFCheckpoint(path, _weight_files(path))
+    return HFCheckpoint(path, _weight_files(path), _rope_theta(config))
 
 
 # What a start needs of a Hub repository (not its other files: .bin copies, GGUF, ...).
@@ -254,6 +301,20 @@ def resolve_hf_checkpoint(
         ) from None
     folder = Path(folder)
     return folder, folder.name  # a snapshot folder is named by its commit
+
+
+def start_record(start: InitFrom, commit: str | None, checkpoint: HFCheckpoint) -> dict[str, Any]:
+    """What a manifest says of the released checkpoint a stage starts from (``init_from``): the
+    model, its revision and Hub commit, the sha256 of every weight file (`weight_digests`), the
+    RoPE theta it was trained at, and what such a checkpoint does not hold."""
+    return {
+        "model": start.model,
+        "revision": start.revision,
+        "commit": commit,
+        "files": weight_digests(checkpoint),
+        "rope_theta": checkpoint.rope_theta,
+        "not_in_checkpoint": list(NOT_IN_HF_CHECKPOINT),
+    }
 
 
 def weight_digests(checkpoint: HFCheckpoint) -> dict[str, dict[str, Any]]:

@@ -39,6 +39,7 @@ from torchtitan.protocols.module import Module, ModuleDict
 
 from apertus.core import ApertusError
 from apertus.core.typed import is_integer, is_number
+from apertus.model.shapes import RopeScaling
 
 if TYPE_CHECKING:
     from apertus.model.context_parallel import ContextGroup
@@ -52,16 +53,6 @@ AttentionMask = torch.Tensor | BlockMask | None
 # --------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """Llama-3.1 RoPE frequency scaling; RECIPE §1 uses it from step 0 with these values."""
-
-    factor: float = 8.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
 
 
 def validate_config(config: ApertusModel.Config) -> None:

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FLAVOR_SHAPES", "Shape", "num_params"]
+__all__ = ["FLAVOR_SHAPES", "RopeScaling", "Shape", "num_params"]
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama-3.1 RoPE frequency scaling; RECIPE §1 uses it from step 0 with these values."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,16 @@ import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apertus.core import ApertusError
 from apertus.core.files import atomic_write_json, atomic_write_text, building_directory
 from apertus.core.stage import StepRun, run_main, stage_parser
 
-__all__ = ["HELDOUT_SOURCE", "checkpoint_files", "heldout_texts", "link_or_copy", "start_record"]
+if TYPE_CHECKING:
+    from apertus.model.hf_checkpoint import PosttrainInitFrom
+
+__all__ = ["HELDOUT_SOURCE", "checkpoint_files", "heldout_texts", "link_or_copy", "run_record"]
 
 # The `source` of the held-out documents made from the instruction set's held-out prompts.
 HELDOUT_SOURCE = "instructions"
@@ -92,25 +95,18 @@ def heldout_texts(heldout: Path) -> dict[str, list[dict[str, str]]]:
     return dict(by_language)
 
 
-def start_record(
-    checkpoint: Path, flavor: str, model: str, revision: str | None, commit: str | None
+def run_record(
+    checkpoint: Path, flavor: str, start: PosttrainInitFrom, commit: str | None
 ) -> dict[str, Any]:
     """run.json of the start (the module's docstring), from the checkpoint folder in the run."""
-    from apertus.model.hf_checkpoint import (
-        CONFIG_FILE,
-        NOT_IN_HF_CHECKPOINT,
-        check_hf_checkpoint,
-        weight_digests,
-    )
+    from apertus.model.hf_checkpoint import check_hf_checkpoint, start_record
     from apertus.model.shapes import FLAVOR_SHAPES
 
     checked = check_hf_checkpoint(checkpoint, flavor, own_vocabulary=True)
-    config = json.loads((checkpoint / CONFIG_FILE).read_text())
+    config = json.loads((checkpoint / "config.json").read_text())
     overrides: dict[str, Any] = {}
-    # transformers 5 writes it under rope_parameters, 4.x (and our export, too) at the top.
-    theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta")
-    if isinstance(theta, int | float):
-        overrides["rope_theta"] = float(theta)
+    if checked.rope_theta is not None:
+        overrides["rope_theta"] = checked.rope_theta
     if config["vocab_size"] != FLAVOR_SHAPES[flavor].vocab_size:
         overrides["vocab_size"] = int(config["vocab_size"])
     return {
@@ -118,13 +114,7 @@ def start_record(
         "model_overrides": overrides,
         "final_checkpoint": checkpoint.name,
         "checkpoint_format": "hf",
-        "init_from": {
-            "model": model,
-            "revision": revision,
-            "commit": commit,
-            "files": weight_digests(checked),
-            "not_in_checkpoint": list(NOT_IN_HF_CHECKPOINT),
-        },
+        "init_from": start_record(start, commit, checked),
     }
 
 
@@ -164,7 +154,7 @@ def main(argv=None):
             (out / "checkpoint").mkdir()
             names = checkpoint_files(folder, checked.weight_files)
             how = {link_or_copy(folder / name, out / "checkpoint" / name) for name in names}
-            record = start_record(out / "checkpoint", flavor, start.model, start.revision, commit)
+            record = run_record(out / "checkpoint", flavor, start, commit)
             atomic_write_json(out / "run.json", record)
         with building_directory(args.heldout) as out:
             for language, rows in sorted(documents.items()):

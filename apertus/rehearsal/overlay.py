@@ -126,6 +126,7 @@ INPUT_KEYS = (
     "data.toxicity.head",
     "data.toxicity.labels",
     "tokenize.tokenizer.source",
+    "pretrain.init_from.model",
     "posttrain.init_from.model",
     "posttrain.instructions.source.**",
     "posttrain.qrpo_data.reward.model",

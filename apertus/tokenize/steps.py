@@ -83,7 +83,9 @@ def tokenizer(args) -> None:
                 )
             )
         else:
-            step.summary.update(save_pretrained_from(cfg["source"], args.output))
+            step.summary.update(
+                save_pretrained_from(cfg["source"], args.output, revision=cfg["revision"])
+            )
 
 
 def heldout(args) -> None:

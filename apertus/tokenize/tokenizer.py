@@ -384,7 +384,9 @@ def _publish_directory(out_dir: Path, write) -> dict[str, str]:
 # Loading and checking
 
 
-def load_tokenizer(name_or_path: str, *, cache_dir: str | None = None) -> PreTrainedTokenizerFast:
+def load_tokenizer(
+    name_or_path: str, *, cache_dir: str | None = None, revision: str | None = None
+) -> PreTrainedTokenizerFast:
     """Load a tokenizer from a local directory or a Hugging Face Hub id, and check it.
 
     Uses ``AutoTokenizer.from_pretrained`` without custom code (``trust_remote_code=False``), so
@@ -392,13 +394,16 @@ def load_tokenizer(name_or_path: str, *, cache_dir: str | None = None) -> PreTra
     or the default Hugging Face cache). Real runs name e.g. ``"swiss-ai/Apertus-8B-2509"``.
     The tokenizer must be a fast (Rust `tokenizers`) one and pass :func:`check_special_tokens`
     with the default expectations; otherwise, or when it cannot be loaded, ApertusError.
+    `revision`: a Hub id's branch, tag or commit (None: main); not for a directory.
     """
     if not isinstance(name_or_path, str | os.PathLike) or not str(name_or_path):
         raise ApertusError(f"tokenizer must be a directory or a Hub id, got {name_or_path!r}")
     name = str(name_or_path)
+    if revision is not None and Path(name).is_dir():
+        raise ApertusError(f"tokenizer revision {revision!r} is for a Hub id; {name} is a folder")
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            name, cache_dir=cache_dir, trust_remote_code=False
+            name, cache_dir=cache_dir, trust_remote_code=False, revision=revision
         )
     except Exception as e:
         if Path(name).is_dir():
@@ -546,16 +551,17 @@ def document_framing(tokenizer: PreTrainedTokenizerBase) -> processors.TemplateP
     )
 
 
-def save_pretrained_from(name_or_path: str, out_dir: Path) -> dict:
+def save_pretrained_from(name_or_path: str, out_dir: Path, *, revision: str | None = None) -> dict:
     """Copy a tokenizer (Hub id or directory) into `out_dir`, so later stages never touch the Hub.
 
     Loads and checks it (:func:`load_tokenizer`), saves it with ``save_pretrained`` into a
     directory beside `out_dir`, loads that copy back and requires the same facts, the same ids on
     multilingual probe texts and the same chat rendering, then moves it into place (replacing an
     `out_dir` that holds only tokenizer files). Returns the facts of :func:`check_special_tokens`
-    plus ``source``, ``has_chat_template`` and ``files`` ({name: sha256}).
+    plus ``source``, ``revision`` (a Hub id's; None: main), ``has_chat_template`` and
+    ``files`` ({name: sha256}).
     """
-    tokenizer = load_tokenizer(name_or_path)
+    tokenizer = load_tokenizer(name_or_path, revision=revision)
     facts = check_special_tokens(tokenizer)
     has_template = bool(getattr(tokenizer, "chat_template", None))
     probe_chat = [{"role": "user", "content": _PROBE_TEXTS[1]}]
@@ -575,4 +581,10 @@ def save_pretrained_from(name_or_path: str, out_dir: Path) -> dict:
             raise ApertusError("saved tokenizer renders the chat template differently")
 
     files = _publish_directory(Path(out_dir), write)
-    return {"source": str(name_or_path), **facts, "has_chat_template": has_template, "files": files}
+    return {
+        "source": str(name_or_path),
+        "revision": revision,
+        **facts,
+        "has_chat_template": has_template,
+        "files": files,
+    }

@@ -12,7 +12,8 @@ The stages, in order:
   schedule over all phases, with its own data from the start);
 - then the long-context stages of ``pretrain.long_context``: each loads the previous stage's
   weights only (``weights``: a fresh optimizer, a constant LR after its warmup, its own
-  sequence length and RoPE theta; RECIPE §6);
+  sequence length and RoPE theta; RECIPE §6); with no phase (``pretrain.phases: []``), the
+  first loads those of the released checkpoint ``pretrain.init_from`` names;
 - beside the line, the Goldfish control ``<phase>-no-goldfish`` when
   ``pretrain.goldfish_control`` names a phase: that phase trained a second time, from the same
   start on the same data, with Goldfish off, so the memorization probes it plants show what
@@ -50,7 +51,8 @@ class PlannedStage:
     name: str
     kind: Literal["phase", "long_context", "control"]
     previous: str | None
-    """The stage it starts from (None: the first phase, from a fresh model)."""
+    """The stage it starts from (None: the first stage, from a fresh model or from
+    ``pretrain.init_from``; a long-context stage only when ``pretrain.phases`` is empty)."""
     start: Literal["fresh", "continue", "weights"]
     """How it starts from `previous`: "continue" (a later phase: optimizer, step count and
     schedule carried on), "weights" (a long-context stage: the weights only) or "fresh"."""
@@ -102,11 +104,24 @@ def pretrain_stages(cfg: PretrainConfig) -> list[PlannedStage]:
             stages.append(
                 PlannedStage(name + CONTROL_SUFFIX, "control", previous, start, cfg.nnodes)
             )
+    if not names:
+        raise ApertusError(
+            "pretrain.phases and pretrain.long_context are both empty: nothing to pretrain (a "
+            "run that only post-trains a released checkpoint sets posttrain.init_from)"
+        )
+    if not cfg.phases and cfg.init_from is None:
+        raise ApertusError(
+            f"pretrain.phases is empty, so long-context stage {names[0]!r} comes first, but a "
+            "long-context stage continues weights and there are none: add a phase, or set "
+            "pretrain.init_from to the released checkpoint it starts from"
+        )
     for stage in cfg.long_context:
         nnodes = cfg.nnodes if stage.nnodes is None else stage.nnodes
+        # The first stage of all (no phase): from `pretrain.init_from`'s weights.
+        previous = line[-1].name if line else None
         line.append(
             PlannedStage(
-                stage.name, "long_context", line[-1].name, "weights", nnodes, stage.context_parallel
+                stage.name, "long_context", previous, "weights", nnodes, stage.context_parallel
             )
         )
         stages.append(line[-1])

@@ -370,7 +370,8 @@ def numerics(spec: RunSpec, metrics: Mapping[int, Mapping[str, Any]]) -> dict[st
 
 def resolve_start(cfg: PretrainConfig, name: str) -> tuple[Path, str | None] | None:
     """The local folder of `pretrain.init_from` when stage `name` starts from it (the first
-    phase, its Goldfish control), downloaded if need be, and the Hub commit it is at
+    phase and its Goldfish control; with no phase, the first long-context stage), downloaded
+    if need be, and the Hub commit it is at
     (`apertus.model.hf_checkpoint.resolve_hf_checkpoint`); else None."""
     if cfg.init_from is None or planned_stage(cfg, name).previous is not None:
         return None
@@ -381,24 +382,14 @@ def resolve_start(cfg: PretrainConfig, name: str) -> tuple[Path, str | None] | N
 
 
 def start_record(cfg: PretrainConfig, spec: RunSpec, commit: str | None) -> dict[str, Any]:
-    """What the manifest says of the checkpoint `spec` starts from: the model, its revision and
-    commit, the sha256 of every weight file, and what such a checkpoint does not hold. Its
-    shape is checked here with the run's own (the flavor, the data's vocabulary)."""
-    from apertus.model.hf_checkpoint import (
-        NOT_IN_HF_CHECKPOINT,
-        check_hf_checkpoint,
-        weight_digests,
-    )
+    """What the manifest says of the checkpoint `spec` starts from
+    (`apertus.model.hf_checkpoint.start_record`). Its shape is checked here with the run's own
+    (the flavor, the data's vocabulary)."""
+    from apertus.model.hf_checkpoint import check_hf_checkpoint, start_record
 
     assert cfg.init_from is not None and spec.checkpoint.initial is not None
     checked = check_hf_checkpoint(spec.checkpoint.initial, spec.flavor, spec.model_overrides)
-    return {
-        "model": cfg.init_from.model,
-        "revision": cfg.init_from.revision,
-        "commit": commit,
-        "files": weight_digests(checked),
-        "not_in_checkpoint": list(NOT_IN_HF_CHECKPOINT),
-    }
+    return start_record(cfg.init_from, commit, checked)
 
 
 def main(argv=None):

@@ -121,6 +121,8 @@ def test_the_checkpoint_is_checked_against_the_flavor_before_any_rank(hf_folder,
     assert set(digests) == {"config.json", "model.safetensors"}
     assert digests["model.safetensors"]["bytes"] == (folder / "model.safetensors").stat().st_size
 
+    assert checked.rope_theta == flavor("debug").rope_theta  # what it was trained at
+
     with pytest.raises(ApertusError) as e:  # the flavor's shape is not the checkpoint's
         check_hf_checkpoint(folder, "tiny")
     assert "hidden_size is 64, flavor 'tiny' has dim 256" in str(e.value)
@@ -140,6 +142,26 @@ def test_the_checkpoint_is_checked_against_the_flavor_before_any_rank(hf_folder,
     LlamaForCausalLM(small).save_pretrained(llama)
     with pytest.raises(ApertusError, match=r"model_type 'llama' \(LlamaForCausalLM\): not an"):
         check_hf_checkpoint(llama, "debug", {"vocab_size": VOCAB})
+
+    # Another RoPE scaling: transformers 5's rope_parameters, then 4.x's rope_scaling.
+    rope = tmp_path / "rope"
+    shutil.copytree(folder, rope)
+    config = json.loads((rope / "config.json").read_text())
+    params = {**config["rope_parameters"], "factor": 16.0}
+    (rope / "config.json").write_text(json.dumps({**config, "rope_parameters": params}))
+    with pytest.raises(ApertusError, match=r"rope_scaling.factor is 16.0, the flavors' is 8\b"):
+        check_hf_checkpoint(rope, "debug", {"vocab_size": VOCAB})
+    legacy = {k: v for k, v in config.items() if k != "rope_parameters"}
+    legacy["rope_scaling"] = {"rope_type": "linear", "factor": 8.0}
+    (rope / "config.json").write_text(json.dumps(legacy))
+    with pytest.raises(ApertusError, match=r"rope_type is 'linear', the flavors' RoPE has"):
+        check_hf_checkpoint(rope, "debug", {"vocab_size": VOCAB})
+    # 4.x's own form: the scaling beside a top-level theta, which the stage need not share.
+    scaling = {k: v for k, v in config["rope_parameters"].items() if k != "rope_theta"}
+    (rope / "config.json").write_text(
+        json.dumps({**legacy, "rope_scaling": scaling, "rope_theta": 12e6})
+    )
+    assert check_hf_checkpoint(rope, "debug", {"vocab_size": VOCAB}).rope_theta == 12e6
 
     broken = tmp_path / "broken"  # a weight file missing, then one the index lists missing
     shutil.copytree(folder, broken)
@@ -295,6 +317,14 @@ def test_init_from_is_checked_with_the_flavor_and_the_tokenizer_before_any_job(h
     assert "hidden_size is 64, flavor 'tiny' has dim 256" in found
     found = " | ".join(init_from_problems(folder, "tokenize.tokenizer.source=train"))
     assert "key 'tokenize.tokenizer.source' is 'train': a run that starts from" in found
+    found = " | ".join(init_from_problems(folder, "tokenize.tokenizer.revision=v1"))
+    assert "key 'tokenize.tokenizer.revision' is 'v1': a revision is for a Hub id" in found
+    assert f"a run that starts from '{folder}' at revision 'main'" in found
+    assert "set tokenize.tokenizer.revision to null" in found
+    found = " | ".join(init_from_problems(folder, "tokenize.tokenizer.revision=v1",
+                                          "pretrain.init_from.revision=v1"))  # fmt: skip
+    assert "key 'pretrain.init_from.revision' is 'v1': a revision is for a Hub id" in found
+    assert "key 'tokenize.tokenizer.revision' is 'v1': a revision is for a Hub id" in found
     found = " | ".join(init_from_problems(folder.parent / "nowhere"))
     assert "key 'pretrain.init_from.model'" in found and "does not exist" in found
     plain = folder.parent / "no-chat-tokens"  # a tokenizer the chat format cannot use
@@ -337,6 +367,57 @@ def test_the_first_phase_starts_from_the_checkpoint_and_its_manifest_names_every
         folder / "model.safetensors"
     )
     assert any("optimizer" in what for what in record["not_in_checkpoint"])
+    assert record["rope_theta"] == flavor("debug").rope_theta
+
+
+def test_with_no_phase_the_first_long_context_stage_starts_from_the_checkpoint(
+    hf_folder,
+    phases,  # noqa: F811  (tests.train.test_stage's fixture)
+):
+    """`pretrain.phases: []` with `init_from`: the long-context stages alone, the first from the
+    released weights (mode hf, its own RoPE theta and length), the next from the first; without
+    `init_from` it is refused before any job, naming the stage and the key."""
+    from apertus.core.config import load_config
+    from apertus.train.config import PretrainConfig
+    from apertus.train.plan import pretrain_stages
+    from apertus.train.stage import resolve_start, run_spec
+
+    folder, _ = hf_folder
+    section = load_config()["pretrain"]
+    first = section["long_context"][0]
+    longer = {**first, "name": "ctx512", "seq_len": 512, "rope_theta": 4e6}
+    cfg = PretrainConfig.from_dict(
+        {**section, "flavor": "debug", "phases": [], "goldfish_control": None,
+         "long_context": [first, longer], "init_from": {"model": str(folder)}}
+    )  # fmt: skip
+    plan = pretrain_stages(cfg)
+    assert [(s.name, s.previous, s.start) for s in plan] == [
+        ("ctx256", None, "weights"),
+        ("ctx512", "ctx256", "weights"),
+    ]
+    start = resolve_start(cfg, "ctx256")
+    assert start == (folder, None) and resolve_start(cfg, "ctx512") is None
+    spec = run_spec(cfg, "ctx256", phases, None, start[0])
+    assert (spec.checkpoint.initial, spec.checkpoint.initial_mode) == (str(folder), "hf")
+    assert spec.model_overrides["rope_theta"] == first["rope_theta"] and spec.seq_len == 256
+    assert spec.lr.kind == "constant" and spec.steps == first["steps"]
+    later = run_spec(cfg, "ctx512", phases, {"final_checkpoint": "/ckpt/step-20"})
+    assert (later.checkpoint.initial, later.checkpoint.initial_mode) == ("/ckpt/step-20", "weights")
+
+    found = " | ".join(
+        init_from_problems(folder, "pretrain.phases=[]", "pretrain.goldfish_control=null")
+    )
+    assert "pretrain.phases" not in found  # valid with init_from
+    from apertus.plan_check import plan_problems
+
+    problems = plan_problems(
+        load_config((), ["pretrain.phases=[]", "pretrain.goldfish_control=null"])
+    )
+    assert any(
+        "pretrain.phases is empty, so long-context stage 'ctx256' comes first" in p
+        and "set pretrain.init_from" in p
+        for p in problems
+    ), problems
 
 
 def test_a_hub_start_offline_must_be_in_the_cache(tmp_path):
@@ -381,3 +462,12 @@ def test_a_hub_start_in_the_cache_is_found_offline_and_checked(hf_folder, tmp_pa
     found = " | ".join(init_from_problems("someone/apertus-debug", "pretrain.flavor=tiny"))
     assert "key 'pretrain.init_from.model' is 'someone/apertus-debug'" in found
     assert "hidden_size is 64, flavor 'tiny' has dim 256" in found
+    # A revision: the checkpoint's and the tokenizer's are looked up at it, in the cache.
+    pinned = ["pretrain.init_from.revision=v2", "tokenize.tokenizer.revision=v2"]
+    found = " | ".join(init_from_problems("someone/apertus-debug", *pinned))
+    assert "key 'pretrain.init_from.model'" in found and "key 'tokenize.tokenizer.source'" in found
+    assert found.count("not in the Hugging Face cache") == 2
+    repo = cache / "models--someone--apertus-debug"
+    shutil.copytree(snapshot, repo / "snapshots" / ("b" * 40))
+    (repo / "refs" / "v2").write_text("b" * 40)
+    assert init_from_problems("someone/apertus-debug", *pinned) == []
