@@ -169,7 +169,7 @@ def verification_batch(
     Only as many documents are encoded as the batch needs. A document longer than a third of a
     row keeps its first tokens and its ``</s>``, so every row holds document boundaries and the
     comparison exercises the block-causal mask (held-out documents are often longer than a
-    row)."""
+    row). Too few documents for the batch repeat, in order; `names` are the distinct ones."""
     from apertus.tokenize.tokenizer import encode_documents
 
     for name, value in (("rows", rows), ("seq_len", seq_len)):
@@ -189,11 +189,16 @@ def verification_batch(
         total += len(ids)
         if total >= needed:
             break
-    if total < needed:
-        raise ApertusError(
-            f"held-out documents in {heldout_dir} give {total} tokens, fewer than the "
-            f"{needed} of {rows} rows of {seq_len} (+1) tokens; lower verify.rows or seq_len"
-        )
+    if not encoded:
+        raise ApertusError(f"no held-out document in {heldout_dir} to verify the export on")
+    # Fewer tokens than the batch (a post-training-only run's held-out prompts): the documents
+    # again, in the same order, until the rows are full; the comparison is of the two models
+    # on the same tokens, which a repeat does not weaken.
+    first = len(encoded)
+    while total < needed:
+        ids = encoded[(len(encoded) - first) % first]
+        encoded.append(ids)
+        total += len(ids)
     tokens, positions = pack_documents(encoded, rows, seq_len)
     return VerificationBatch(tokens, positions, tuple(names))
 

@@ -28,10 +28,18 @@ def one_problem(*overrides):
 
 
 @pytest.mark.parametrize(
-    "configfile", [None, "config/presets/apertus-8b.yaml", "config/presets/apertus-70b.yaml"]
+    "configfiles",
+    [
+        [],
+        ["config/presets/apertus-8b.yaml"],
+        ["config/presets/apertus-70b.yaml"],
+        ["config/presets/apertus-8b.yaml", "config/presets/apertus-8b-continue.yaml"],
+        ["config/presets/apertus-8b.yaml", "config/presets/apertus-8b-posttrain.yaml"],
+    ],
+    ids=["default", "8b", "70b", "8b-continue", "8b-posttrain"],
 )
-def test_default_and_presets_pass(configfile):
-    files = [REPO_ROOT / configfile] if configfile else []
+def test_default_and_presets_pass(configfiles):
+    files = [REPO_ROOT / name for name in configfiles]
     assert plan_problems(load_config(files), inputs=False) == []
 
 

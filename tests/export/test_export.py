@@ -44,7 +44,7 @@ from apertus.export.verify import (
 )
 from apertus.model.flavors import flavor, num_params
 from apertus.model.state_dict_adapter import hf_key
-from apertus.tokenize.tokenizer import load_tokenizer, train_tokenizer
+from apertus.tokenize.tokenizer import encode_documents, load_tokenizer, train_tokenizer
 from apertus.train.checkpoint import seal_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -504,6 +504,22 @@ def test_verification_batch_is_packed_heldout_text(workspace, batch):
     assert batch.tokens[0, : len(encoded)].tolist() == encoded
     # every row has a document start after its first token
     assert ((batch.positions[:, 1:] == 0).sum(dim=1) >= 1).all()
+
+
+def test_too_few_heldout_tokens_repeat_the_documents_to_fill_the_batch(workspace, tmp_path):
+    """A post-training-only run's held-out texts are its few held-out prompts: the documents
+    come again, in order, until the rows are full; none at all is an error naming the folder."""
+    tokenizer = load_tokenizer(str(workspace / "tokenizer"))
+    few = tmp_path / "few"
+    few.mkdir()
+    (few / "eng_Latn.jsonl").write_text(json.dumps({"id": "a", "text": "Hello there."}) + "\n")
+    batch = verification_batch(tokenizer, few, rows=2, seq_len=64)
+    (ids,) = encode_documents(tokenizer, ["Hello there."])
+    assert batch.tokens.shape == (2, 64) and batch.documents == ("eng_Latn/a",)
+    assert batch.tokens[0, : 2 * len(ids)].tolist() == ids + ids
+    (few / "eng_Latn.jsonl").write_text("")
+    with pytest.raises(ApertusError, match=f"no held-out document in {few}"):
+        verification_batch(tokenizer, few, rows=2, seq_len=64)
 
 
 def test_verification_card_passes_and_records_the_figures(fp32_export, workspace, batch):

@@ -328,6 +328,38 @@ def test_the_post_training_rehearsal_changes_only_sizes_and_locations(tmp_path):
     assert f"a stand-in under {STANDIN_ROOT}" in problems[1]
 
 
+# The continued-pretraining preset, an addendum too.
+CONTINUE_PRESETS = [PRESET, REPO / "config" / "presets" / "apertus-8b-continue.yaml"]
+CONTINUE_OVERLAYS = [OVERLAY, REPO / "config" / "rehearsal" / "apertus-8b-continue.yaml"]
+
+
+def test_the_continued_pretraining_rehearsal_changes_only_sizes_and_locations(tmp_path):
+    """The overlay replaces the lists the 8B overlay replaced (the phases, the long-context
+    stages) with the continue preset's at rehearsal sizes, and its batch ramp is the preset's
+    (none) again: no drift. The start and the tokenizer are one stand-in."""
+    assert overlay_drift(CONTINUE_PRESETS, CONTINUE_OVERLAYS) == []
+    preset, rehearsal = load_config(CONTINUE_PRESETS), load_config(
+        [*CONTINUE_PRESETS, *CONTINUE_OVERLAYS]
+    )
+    start = rehearsal["pretrain"]["init_from"]["model"]
+    assert start.startswith(STANDIN_ROOT) and rehearsal["tokenize"]["tokenizer"]["source"] == start
+    assert preset["pretrain"]["init_from"]["model"] == "swiss-ai/Apertus-8B-2509"
+    assert [p["name"] for p in rehearsal["tokenize"]["phases"]] == ["swiss", "longctx"]
+    assert [s["name"] for s in rehearsal["pretrain"]["long_context"]] == ["ctx64k"]
+    assert rehearsal["pretrain"]["batch_ramp"] is None
+    # Where the 8B overlay's ramp came back, or a mixture weight changed, the check says so.
+    overlay = yaml.safe_load(CONTINUE_OVERLAYS[1].read_text(encoding="utf-8"))
+    del overlay["pretrain"]["batch_ramp"]
+    overlay["tokenize"]["phases"][0]["weights"]["fineweb2"] = 0.25
+    changed = tmp_path / "overlay.yaml"
+    changed.write_text(yaml.safe_dump(overlay), encoding="utf-8")
+    problems = overlay_drift(CONTINUE_PRESETS, [OVERLAY, changed])
+    assert sorted(p.split(":")[0] for p in problems) == [
+        "pretrain.batch_ramp",
+        "tokenize.phases[swiss].weights.fineweb2",
+    ], problems
+
+
 @pytest.mark.slow
 def test_the_post_training_rehearsals_dry_run_plans_post_training_only(tmp_path):
     """`snakemake -n` of the post-training preset with its overlay, the stand-ins in place (the
