@@ -236,9 +236,8 @@ def test_the_merged_config_is_valid_and_its_arithmetic_holds(name, tmp_path):
 
 
 def _inputs_in_place(workdir: Path, config: dict) -> None:
-    """The stand-ins a dry run needs under `workdir`: the data ones built, the models' (made by
-    apertus.rehearsal.models) as empty placeholders, a dry run reads none of them."""
-    data.build(workdir / STANDIN_ROOT)
+    """The model stand-ins `config` names under `workdir` that are not there yet, as empty
+    placeholders: a dry run reads none of them."""
 
     def walk(value):
         if isinstance(value, dict):
@@ -259,18 +258,36 @@ def _inputs_in_place(workdir: Path, config: dict) -> None:
     walk(config)
 
 
+@pytest.fixture(scope="session")
+def standins(tmp_path_factory) -> Path:
+    """One working directory holding the stand-ins of every dry run below, built once: the
+    data ones, the released model (its tokenizer and a transformers-made checkpoint, as
+    apertus.rehearsal.models makes them: the plan loads and checks both where a run starts from
+    it), the other models as placeholders."""
+    from apertus.rehearsal import models
+
+    workdir = tmp_path_factory.mktemp("standins")
+    data.build(workdir / STANDIN_ROOT)
+    start = workdir / load_config(ADDENDA["posttrain"])["posttrain"]["init_from"]["model"]
+    start.mkdir(parents=True)
+    models.build_tokenizer(start, models.sample_texts())
+    models.build_apertus_checkpoint(start)
+    for files in [*map(list, REHEARSALS.values()), *ADDENDA.values()]:
+        _inputs_in_place(workdir, load_config(files))
+    return workdir
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(REHEARSALS))
-def test_the_dry_run_plans_the_whole_preset_pipeline(name, tmp_path):
+def test_the_dry_run_plans_the_whole_preset_pipeline(name, standins, tmp_path):
     """`snakemake -n` of the preset with the overlay, in a working directory holding the
     stand-ins: the five phases, the four long-context stages, the classifiers' training, SFT
     and QRPO are all planned (one dry run each, ~10 s)."""
     preset_file, overlay_file = REHEARSALS[name]
     config = load_config([preset_file, overlay_file])
-    _inputs_in_place(tmp_path, config)
     start = time.monotonic()
     plan = explain_changes(
-        [preset_file, overlay_file], results_dir=str(tmp_path / "results"), cwd=tmp_path
+        [preset_file, overlay_file], results_dir=str(tmp_path / "results"), cwd=standins
     )
     print(f"\n{name} rehearsal: {len(plan.jobs)} jobs planned in {time.monotonic() - start:.1f} s")
     rules = Counter(job.rule for job in plan.jobs)
@@ -331,6 +348,11 @@ def test_the_post_training_rehearsal_changes_only_sizes_and_locations(tmp_path):
 # The continued-pretraining preset, an addendum too.
 CONTINUE_PRESETS = [PRESET, REPO / "config" / "presets" / "apertus-8b-continue.yaml"]
 CONTINUE_OVERLAYS = [OVERLAY, REPO / "config" / "rehearsal" / "apertus-8b-continue.yaml"]
+# Each addendum's config files in merge order: the presets, then the overlays.
+ADDENDA = {
+    "posttrain": [*POSTTRAIN_PRESETS, *POSTTRAIN_OVERLAYS],
+    "continue": [*CONTINUE_PRESETS, *CONTINUE_OVERLAYS],
+}
 
 
 def test_the_continued_pretraining_rehearsal_changes_only_sizes_and_locations(tmp_path):
@@ -338,8 +360,9 @@ def test_the_continued_pretraining_rehearsal_changes_only_sizes_and_locations(tm
     stages) with the continue preset's at rehearsal sizes, and its batch ramp is the preset's
     (none) again: no drift. The start and the tokenizer are one stand-in."""
     assert overlay_drift(CONTINUE_PRESETS, CONTINUE_OVERLAYS) == []
-    preset, rehearsal = load_config(CONTINUE_PRESETS), load_config(
-        [*CONTINUE_PRESETS, *CONTINUE_OVERLAYS]
+    preset, rehearsal = (
+        load_config(CONTINUE_PRESETS),
+        load_config([*CONTINUE_PRESETS, *CONTINUE_OVERLAYS]),
     )
     start = rehearsal["pretrain"]["init_from"]["model"]
     assert start.startswith(STANDIN_ROOT) and rehearsal["tokenize"]["tokenizer"]["source"] == start
@@ -361,25 +384,36 @@ def test_the_continued_pretraining_rehearsal_changes_only_sizes_and_locations(tm
 
 
 @pytest.mark.slow
-def test_the_post_training_rehearsals_dry_run_plans_post_training_only(tmp_path):
+def test_the_post_training_rehearsals_dry_run_plans_post_training_only(standins, tmp_path):
     """`snakemake -n` of the post-training preset with its overlay, the stand-ins in place (the
     released model's too): SFT, QRPO, their evaluation and the release, and no data,
     tokenization or pretraining job."""
-    from apertus.rehearsal import models
-
-    config = load_config([*POSTTRAIN_PRESETS, *POSTTRAIN_OVERLAYS])
-    _inputs_in_place(tmp_path, config)
-    start = tmp_path / config["posttrain"]["init_from"]["model"]
-    start.mkdir(parents=True, exist_ok=True)
-    models.build_tokenizer(start, models.sample_texts())
-    models.build_apertus_checkpoint(start)
     plan = explain_changes(
-        [*POSTTRAIN_PRESETS, *POSTTRAIN_OVERLAYS],
-        results_dir=str(tmp_path / "results"),
-        cwd=tmp_path,
+        ADDENDA["posttrain"], results_dir=str(tmp_path / "results"), cwd=standins
     )
     rules = Counter(job.rule for job in plan.jobs)
     assert not {rule.split("_")[0] for rule in rules} & {"data", "tokenize", "pretrain"}, rules
     assert rules["posttrain_start"] == rules["posttrain_sft"] == rules["posttrain_qrpo"] == 1
     assert rules["export_checkpoint"] == 2 and rules["release"] == 1
     assert plan.run_dir.endswith("apertus-8b-posttrain-rehearsal")
+
+
+@pytest.mark.slow
+def test_the_continued_pretraining_rehearsals_dry_run_plans_its_phase_from_the_start(
+    standins, tmp_path
+):
+    """`snakemake -n` of the continue preset with its overlay: every source filtered, the two
+    phases tokenized, `swiss` then `ctx64k` trained (the first from the released model: no
+    pretraining job before it), post-training, the release."""
+    plan = explain_changes(ADDENDA["continue"], results_dir=str(tmp_path / "results"), cwd=standins)
+    rules = Counter(job.rule for job in plan.jobs)
+    trained = [job.wildcards["stage"] for job in plan.jobs if job.rule == "pretrain_stage"]
+    assert sorted(trained) == ["ctx64k", "swiss"]
+    phases = {job.wildcards["phase"] for job in plan.jobs if job.rule == "tokenize_phase"}
+    assert phases == {"swiss", "longctx"}
+    config = load_config(ADDENDA["continue"])
+    sources = {job.wildcards.get("source") for job in plan.jobs if job.rule == "data_filter"}
+    assert {s["name"] for s in config["data"]["sources"]} <= sources
+    assert rules["posttrain_sft"] == rules["posttrain_qrpo"] == rules["release"] == 1
+    assert "posttrain_start" not in rules
+    assert plan.run_dir.endswith("apertus-8b-continue-rehearsal")
