@@ -64,8 +64,8 @@ def test_default_run_release_is_complete_and_loads(default_run):
 @pytest.mark.slow
 def test_release_rules_follow_the_config(tmp_path):
     run = tmp_path / "results" / "plan"
-    assert planned_jobs(run, tmp_path, "{}").get("release") == 1
-    assert "release_upload" not in planned_jobs(run, tmp_path, "{}")
+    default = planned_jobs(run, tmp_path, "{}")
+    assert default.get("release") == 1 and "release_upload" not in default
     upload = planned_jobs(run, tmp_path, "release: {hub: {repo_id: someone/model}}")
     assert upload["release"] == 1 and upload["release_upload"] == 1
     off = planned_jobs(run, tmp_path, "release: {enabled: false}")
