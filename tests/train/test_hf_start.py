@@ -420,6 +420,38 @@ def test_with_no_phase_the_first_long_context_stage_starts_from_the_checkpoint(
     ), problems
 
 
+@pytest.mark.slow
+def test_with_no_phase_the_long_context_stage_trains_from_the_checkpoint(
+    hf_folder,
+    phases,  # noqa: F811  (tests.train.test_stage's fixture)
+    tmp_path,
+):
+    """The run spec of a first long-context stage (`pretrain.phases: []`) handed to the trainer
+    as the stage hands it (one process, two steps at its own length and RoPE theta): it loads
+    the released weights through the adapter and trains on from their loss."""
+    from apertus.core.config import load_config
+    from apertus.train.config import PretrainConfig
+    from apertus.train.run_spec import write_run_spec
+    from apertus.train.stage import run_spec
+
+    folder, _ = hf_folder
+    section = load_config()["pretrain"]
+    stage = {**section["long_context"][0], "steps": 2, "global_batch": 2}
+    cfg = PretrainConfig.from_dict(
+        {**section, "flavor": "debug", "phases": [], "goldfish_control": None,
+         "long_context": [stage], "init_from": {"model": str(folder)}, "compile": False}
+    )  # fmt: skip
+    work = tmp_path / "ctx256-work"
+    spec = run_spec(cfg, stage["name"], phases, None, folder).placed(work)
+    proc = run_ok(write_run_spec(work / "spec.json", spec), 1)
+    assert f"Loading from HF safetensors from --checkpoint.initial_load_path: {folder}" in (
+        proc.stdout + proc.stderr
+    )
+    metrics = read_metrics(work / "out" / "metrics.jsonl")
+    assert sorted(metrics) == [1, 2]
+    assert abs(metrics[1]["loss"] - math.log(VOCAB)) < 0.5  # transformers' init, not ours
+
+
 def test_a_hub_start_offline_must_be_in_the_cache(tmp_path):
     from apertus.model.hf_checkpoint import resolve_hf_checkpoint
 
