@@ -250,13 +250,6 @@ def _typed_sections(config: Mapping[str, Any]) -> list[str]:
         (SFTTrainingConfig, posttrain["sft"], "posttrain.sft"),
     ):
         problems += _attempt(where, cls.from_dict, section)[1]
-    if not config["pretrain"]["phases"] and config["posttrain"]["init_from"] is None:
-        # No phase: the plan's own check (apertus.train.plan) that the first stage has weights.
-        from apertus.train.plan import pretrain_stages
-
-        pretrain = _attempt("pretrain", PretrainConfig.from_dict, config["pretrain"])[0]
-        if pretrain is not None:
-            problems += _attempt("pretrain", pretrain_stages, pretrain)[1]
     heldout = config["tokenize"]["heldout"]
     if heldout["min_documents"] > heldout["max_documents"]:
         problems.append(
@@ -382,6 +375,13 @@ def _pretrain_arithmetic(config: Mapping[str, Any]) -> list[str]:
 
     section = config["pretrain"]
     cfg = PretrainConfig.from_dict(section)
+    if not cfg.phases and config["posttrain"]["init_from"] is None:
+        # No phase: the plan's own check (apertus.train.plan) that the first stage has weights.
+        from apertus.train.plan import pretrain_stages
+
+        found = _attempt("pretrain", pretrain_stages, cfg)[1]
+        if found:
+            return found
     budgets = {
         phase["name"]: (i, phase["tokens"]) for i, phase in enumerate(config["tokenize"]["phases"])
     }

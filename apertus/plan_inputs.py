@@ -318,10 +318,7 @@ def _tokenizer_problems(tokenize: Mapping[str, Any], offline: bool) -> list[str]
             ]
         return []
     if revision is not None and Path(source).is_dir():
-        return [
-            f"key 'tokenize.tokenizer.revision' is {revision!r}: a revision is for a Hub id; "
-            f"{source!r} is a local folder"
-        ]
+        return [_folder_revision("tokenize.tokenizer.revision", revision, source)]
     where = "tokenize.tokenizer.source"
     return _model_location(where, source, offline, TOKENIZER_FILES, "tokenizer", revision)
 
@@ -365,8 +362,7 @@ def _init_from_problems(
         problems.append(
             f"key 'tokenize.tokenizer.revision' is {tokenize['tokenizer']['revision']!r}: a run "
             f"that starts from {model!r} at revision {revision or 'main'!r} (pretrain.init_from) "
-            "tokenizes "
-            "with that revision's tokenizer; set tokenize.tokenizer.revision to "
+            "tokenizes with that revision's tokenizer; set tokenize.tokenizer.revision to "
             + ("null" if revision is None else repr(revision))
         )
     elif Path(model).is_dir() and not _model_location(
@@ -399,6 +395,11 @@ def _start_checkpoint(
     )[1]
 
 
+def _folder_revision(key: str, revision: str, folder: str) -> str:
+    """A revision given for a local folder (a Hub id's only)."""
+    return f"key '{key}' is {revision!r}: a revision is for a Hub id; {folder!r} is a local folder"
+
+
 def _start_folder(
     where: str, model: str, revision: str | None, offline: bool
 ) -> tuple[Path | None, list[str]]:
@@ -408,8 +409,7 @@ def _start_folder(
     if folder.is_dir():
         if revision is not None:
             return None, [
-                f"key '{where.removesuffix('.model')}.revision' is {revision!r}: a revision is "
-                f"for a Hub id; {model!r} is a local folder"
+                _folder_revision(f"{where.removesuffix('.model')}.revision", revision, model)
             ]
         return folder, []
     found = _model_location(

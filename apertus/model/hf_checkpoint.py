@@ -92,8 +92,17 @@ class HFCheckpoint:
 
     folder: Path
     weight_files: tuple[str, ...]
-    rope_theta: float | None = None
-    """The ``rope_theta`` it was trained at (None: not stated); a stage trains at its own."""
+    config: Mapping[str, Any]
+    """Its ``config.json``, as read and checked."""
+
+    @property
+    def rope_theta(self) -> float | None:
+        """The ``rope_theta`` it was trained at (transformers 5's ``rope_parameters``, else 4.x's
+        top-level key; None: not stated); a stage trains at its own."""
+        params = self.config.get("rope_parameters")
+        theta = params.get("rope_theta") if isinstance(params, Mapping) else None
+        theta = self.config.get("rope_theta") if theta is None else theta
+        return float(theta) if isinstance(theta, int | float) else None
 
 
 def _shape(flavor: str, overrides: Mapping[str, Any]) -> Shape:
@@ -183,15 +192,6 @@ def rope_scaling_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _rope_theta(config: Mapping[str, Any]) -> float | None:
-    """The ``rope_theta`` a transformers ``config.json`` was trained at (5's
-    ``rope_parameters``, else 4.x's top-level key); None: not stated."""
-    params = config.get("rope_parameters")
-    theta = params.get("rope_theta") if isinstance(params, Mapping) else None
-    theta = config.get("rope_theta") if theta is None else theta
-    return float(theta) if isinstance(theta, int | float) else None
-
-
 def _weight_files(folder: Path) -> tuple[str, ...]:
     index = folder / INDEX_FILE
     if index.is_file():
@@ -242,7 +242,7 @@ def check_hf_checkpoint(
         raise ApertusError(
             f"{config_path} does not match flavor {flavor!r}: " + "; ".join(problems)
         )
-    return HFCheckpoint(path, _weight_files(path), _rope_theta(config))
+    return HFCheckpoint(path, _weight_files(path), config)
 
 
 # What a start needs of a Hub repository (not its other files: .bin copies, GGUF, ...).

@@ -99,16 +99,15 @@ def run_record(
     checkpoint: Path, flavor: str, start: PosttrainInitFrom, commit: str | None
 ) -> dict[str, Any]:
     """run.json of the start (the module's docstring), from the checkpoint folder in the run."""
-    from apertus.model.hf_checkpoint import CONFIG_FILE, check_hf_checkpoint, start_record
+    from apertus.model.hf_checkpoint import check_hf_checkpoint, start_record
     from apertus.model.shapes import FLAVOR_SHAPES
 
     checked = check_hf_checkpoint(checkpoint, flavor, own_vocabulary=True)
-    config = json.loads((checkpoint / CONFIG_FILE).read_text())
     overrides: dict[str, Any] = {}
     if checked.rope_theta is not None:
         overrides["rope_theta"] = checked.rope_theta
-    if config["vocab_size"] != FLAVOR_SHAPES[flavor].vocab_size:
-        overrides["vocab_size"] = int(config["vocab_size"])
+    if checked.config["vocab_size"] != FLAVOR_SHAPES[flavor].vocab_size:
+        overrides["vocab_size"] = int(checked.config["vocab_size"])
     return {
         "flavor": flavor,
         "model_overrides": overrides,
