@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from apertus.core import ApertusError
+from apertus.core.device import bf16_matmuls_in_fp32, resolve_device
 from apertus.core.diskcache import user_cache
 from apertus.core.files import atomic_write_text
 from apertus.core.typed import Config
@@ -667,6 +668,9 @@ def run_suite(
     if results_dir.exists():  # results of an earlier run with other invocations must not stay
         shutil.rmtree(results_dir)
     results_dir.mkdir(parents=True)
+    # "auto" loads the dtype config.json declares: a bf16 release's, as a rule.
+    dtype = "bfloat16" if options.dtype == "auto" else options.dtype
+    bf16_matmuls_in_fp32(resolve_device(options.device, setting=f"{where}.device"), dtype)
     models: dict[str, Any] = {}
     merged: dict[str, dict[str, Any]] = {}
     all_samples: dict[str, list] = {}

@@ -110,7 +110,9 @@ DEVICE_DIFFERENCES = {
     "backward on CPU (apertus.train.config_registry picks the backend by device)",
     "kernels": "torch.compile's Inductor writes C++ kernels, not Triton ones",
     "collectives": "gloo, not NCCL (no PREMUL_SUM: FSDP2 reduces with a plain sum)",
-    "bf16": "emulated: this CPU has no bf16 units, so bf16 runs slower than fp32 here",
+    "bf16": "emulated: this CPU has no bf16 units; a bf16 product is computed from exact fp32 "
+    "copies and rounded once, as a GPU's bf16 GEMM accumulates in fp32 "
+    "(apertus.core.device.bf16_matmuls_in_fp32)",
 }
 # Where the run writes and whether it downloads.
 LOCATION_KEYS = ("run", "results_dir", "offline", "evaluate.*.offline")

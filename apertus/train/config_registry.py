@@ -41,14 +41,14 @@ from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.trainer import Trainer
 
 from apertus.core import ApertusError
-from apertus.core.device import resolve_device
+from apertus.core.device import bf16_matmuls_in_fp32, resolve_device
 from apertus.core.lifetime import die_with_parent
 from apertus.model.spec import model_spec
 from apertus.train import cpu_workarounds
 from apertus.train.checkpoint import FiniteCheckpointManager
 from apertus.train.dataloader import PhaseDataLoader
 from apertus.train.lr_scheduler import RecipeLRSchedulers
-from apertus.train.metrics import ApertusMetrics
+from apertus.train.metrics import SPIKE_FACTOR, ApertusMetrics
 from apertus.train.optimizer import ademamix_optimizer
 from apertus.train.pretokenized import PretokenizedVocabulary
 from apertus.train.qrpo_loader import QRPODataLoader
@@ -123,6 +123,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
     cpu_workarounds.patch_missing_set_timeout()
     if device == "cpu":
         cpu_workarounds.use_cpu_device()
+        bf16_matmuls_in_fp32(device, spec.dtype)  # workaround 9
 
     activation_checkpoint = {
         "none": None,
@@ -217,6 +218,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
             wandb_mode=spec.wandb.mode,
             jsonl_file="metrics.jsonl",
             total_steps=spec.steps,
+            spike_factor=SPIKE_FACTOR if spec.qrpo is None else 0.0,
             disable_color_printing=True,
         ),
         activation_checkpoint=activation_checkpoint,

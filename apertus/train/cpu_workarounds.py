@@ -20,6 +20,10 @@ DCP checkpoints) runs on gloo in CPU processes, for the tiny default and the tes
 8. Initial weights: DTensor's offset-based RNG shards random init only on CUDA-like devices, so
    `apertus.model.parallelize.init_weights_world_size_invariant` gives every rank its shard of
    one seeded full model (a 2-rank run starts from the 1-rank run's weights).
+9. bf16 matrix products: on a CPU without bf16 instructions torch's fallback kernel is ~80x
+   slower than fp32; `apertus.core.device.bf16_matmuls_in_fp32` computes them from exact fp32
+   copies of the operands with one rounding (as a bf16 GEMM does), for training here and for
+   the bf16 models of sampling, scoring and lm-eval.
 
 Items 1 and 2 live here (they patch torchtitan in this process and must run before the trainer
 is built; `apertus.train.config_registry` applies them once the run spec is known to be good);

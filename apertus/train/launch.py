@@ -28,9 +28,7 @@ from it with a lower LR (`pretrain.restart`; a new LR alone starts the stage afr
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
-import math
 import os
 import re
 import signal
@@ -76,6 +74,7 @@ DIVERGENCE_MARKERS = (
     "Loss is not finite",
     "Gradient norm is not finite",
     "Weights are not finite",
+    "Loss spike",
 )
 
 
@@ -144,38 +143,13 @@ def single_process_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {**env, **rank, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
 
 
-SANE_MARGIN = 0.10
-"""How far above the running median of the sane losses before it a logged loss may be and still
-count as sane (`sane_losses`): the step-to-step noise of a healthy run's loss stays well inside
-10%, a loss climbing towards NaN leaves it."""
-
-
 def sane_losses(losses: Mapping[int, float]) -> dict[int, tuple[bool, float | None]]:
-    """Each logged loss (step -> loss) judged: step -> (sane, the median it was held to). A loss
-    is sane when it is finite and at most `SANE_MARGIN` above the median of the sane losses
-    logged before it (the first finite one is). Only sane losses enter the median, so neither a
-    spike nor a dead model's flat loss after it (ln V, every later step) raises the bar; a run
-    that recovers from a spike is sane again."""
-    # The running median of the sane losses: a max-heap of the lower half (negated), a
-    # min-heap of the upper half, the lower one as long or one longer.
-    lower: list[float] = []
-    upper: list[float] = []
-    judged: dict[int, tuple[bool, float | None]] = {}
-    for step in sorted(losses):
-        loss = losses[step]
-        if not lower:
-            median = None
-        elif len(lower) > len(upper):
-            median = -lower[0]
-        else:
-            median = (upper[0] - lower[0]) / 2
-        sane = math.isfinite(loss) and (median is None or loss <= (1 + SANE_MARGIN) * median)
-        judged[step] = (sane, median)
-        if sane:
-            heapq.heappush(lower, -heapq.heappushpop(upper, loss))
-            if len(lower) > len(upper) + 1:
-                heapq.heappush(upper, -heapq.heappop(lower))
-    return judged
+    """Each logged loss (step -> loss) judged in step order: step -> (sane, the median it was
+    held to) (`apertus.train.metrics.SaneLosses`)."""
+    from apertus.train.metrics import SaneLosses
+
+    judge = SaneLosses().judge
+    return {step: judge(losses[step]) for step in sorted(losses)}
 
 
 @dataclass(frozen=True)
@@ -223,7 +197,7 @@ def _diverged_step(divergence: str) -> int | None:
 def _divergence_report(spec: RunSpec, divergence: str, checkpoints: Mapping[int, Path]) -> str:
     """What the launcher says when a run diverged: whether its last checkpoint is sane, the last
     sane one, and how to restart from it with a lower LR."""
-    from apertus.train.metrics import read_metrics, run_name
+    from apertus.train.metrics import SANE_MARGIN, read_metrics, run_name
 
     metrics_file = Path(spec.metrics_folder or ".").absolute() / "metrics.jsonl"
     records = read_metrics(metrics_file) if metrics_file.is_file() else {}

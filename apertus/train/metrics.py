@@ -6,6 +6,7 @@ ETA, and a stop on a non-finite gradient norm (`ApertusMetrics`).
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -141,6 +142,53 @@ def read_metrics(path: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
     return dict(sorted(records.items()))
 
 
+SANE_MARGIN = 0.10
+"""How far above the running median of the sane losses before it a logged loss may be and still
+count as sane (`SaneLosses`): the step-to-step noise of a healthy run's loss stays well inside
+10%, a loss climbing towards NaN leaves it."""
+
+SPIKE_FACTOR = 2.0
+SPIKE_STEPS = 3
+"""A loss spike stops a cross-entropy run (`ApertusMetrics`): a loss above `SPIKE_FACTOR` times
+the running median of the sane losses (`SaneLosses`), then no sane loss for the steps after it,
+`SPIKE_STEPS` in all. Twice the median is 0.69 nats above it, several times a healthy run's
+step-to-step noise and more than a data phase's new mixture adds; a falling loss, as in warmup,
+never is. A single bad batch that the run recovers from passes. What it catches: a loss that
+leaps and stays up, even where it never becomes NaN (a saturated model gives ln V at every
+step with a gradient norm of 0)."""
+
+
+class SaneLosses:
+    """The running median of a run's sane losses, fed one logged loss at a time (`judge`). A loss
+    is sane when it is finite and at most `SANE_MARGIN` above the median of the sane losses
+    before it (the first finite one is). Only sane losses enter the median, so neither a spike
+    nor a dead model's flat loss after it raises the bar; a run that recovers is sane again."""
+
+    def __init__(self) -> None:
+        # A max-heap of the lower half (negated), a min-heap of the upper half; the lower one
+        # as long or one longer.
+        self._lower: list[float] = []
+        self._upper: list[float] = []
+
+    @property
+    def median(self) -> float | None:
+        if not self._lower:
+            return None
+        if len(self._lower) > len(self._upper):
+            return -self._lower[0]
+        return (self._upper[0] - self._lower[0]) / 2
+
+    def judge(self, loss: float) -> tuple[bool, float | None]:
+        """Whether `loss` is sane, and the median it was held to (None for the first)."""
+        median = self.median
+        sane = math.isfinite(loss) and (median is None or loss <= (1 + SANE_MARGIN) * median)
+        if sane:
+            heapq.heappush(self._lower, -heapq.heappushpop(self._upper, loss))
+            if len(self._lower) > len(self._upper) + 1:
+                heapq.heappush(self._upper, -heapq.heappop(self._lower))
+        return sane, median
+
+
 class ApertusMetrics(MetricsProcessor):
     """torchtitan's `MetricsProcessor` plus:
 
@@ -159,7 +207,9 @@ class ApertusMetrics(MetricsProcessor):
       finite loss with NaN/inf gradients would otherwise poison the weights silently. Both
       checks run before the step's checkpoint is written, on every rank (the values are
       global), so no checkpoint holds the result of a bad step. With ``log_freq=1`` (what
-      `apertus.train.config_registry` sets) every step is checked.
+      `apertus.train.config_registry` sets) every step is checked;
+    - with ``spike_factor`` (cross-entropy runs), a stop on a loss spike (`SPIKE_FACTOR`), after
+      the step is logged and before its checkpoint.
     """
 
     @dataclass(kw_only=True, slots=True)
@@ -178,6 +228,11 @@ class ApertusMetrics(MetricsProcessor):
 
         wandb_mode: str = "offline"
         """W&B mode: "offline" (files under the dump folder, for ``wandb sync``) or "online"."""
+
+        spike_factor: float = 0.0
+        """Stop when the loss is above this times the running median of the sane losses for
+        `SPIKE_STEPS` steps in a row (`SPIKE_FACTOR`); 0: no such stop (QRPO's loss is not a
+        cross entropy)."""
 
     def _build_metric_logger(self, *, config: Config, dump_folder: str, **kwargs: Any):
         self.run_name = run_name(dump_folder)
@@ -278,3 +333,23 @@ class ApertusMetrics(MetricsProcessor):
             extra["loss_mask/eod_fraction"] = counts.eod_fraction
             extra["loss_mask/kept_tokens"] = counts.kept
         super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
+        if self.config.spike_factor:
+            self._watch_for_spikes(step, global_avg_loss)
+
+    def _watch_for_spikes(self, step: int, loss: float) -> None:
+        if not hasattr(self, "sane_losses"):
+            self.sane_losses, self.spike = SaneLosses(), None
+        factor = self.config.spike_factor
+        sane, median = self.sane_losses.judge(loss)
+        if sane:
+            self.spike = None
+        elif self.spike is None and median and loss > factor * median:
+            self.spike = (step, median)
+        if self.spike is not None and step - self.spike[0] + 1 >= SPIKE_STEPS:
+            started, held_to = self.spike
+            raise RuntimeError(
+                f"Loss spike at step {step}: the loss leapt above {factor:g}x the running median "
+                f"of the sane losses ({held_to:.4g}) at step {started} and has not come back "
+                f"within {SANE_MARGIN:.0%} of it since ({loss:.4g} at this step). Stopping "
+                "training; no checkpoint is written for this step."
+            )

@@ -11,7 +11,13 @@ import pytest
 from apertus.core import ApertusError
 from apertus.core.config import load_config
 from apertus.train.config import PretrainConfig
-from apertus.train.launch import _divergence_report, checkpoint_health, sane_losses
+from apertus.train.launch import (
+    DIVERGENCE_MARKERS,
+    _divergence_report,
+    checkpoint_health,
+    sane_losses,
+)
+from apertus.train.metrics import SPIKE_FACTOR, ApertusMetrics
 from apertus.train.run_spec import RunSpec
 from apertus.train.stage import run_spec, work_directory
 from tests.train.test_stage import phases  # noqa: F401 (fixture)
@@ -44,6 +50,36 @@ def test_a_spike_and_the_dead_model_after_it_never_raise_the_bar_a_recovery_is_s
     assert {judged[s][1] for s in range(22, 60)} == {judged[21][1]}  # the healthy median
     spike = healthy | {21: 9.0} | {s: 2.8 - 0.01 * s for s in range(22, 30)}
     assert [s for s, (sane, _) in sane_losses(spike).items() if not sane] == [21]
+
+
+def spike_watch() -> ApertusMetrics:
+    """The spike watch of `ApertusMetrics` alone (no loggers, no torchtitan state)."""
+    metrics = object.__new__(ApertusMetrics)
+    metrics.config = ApertusMetrics.Config(spike_factor=SPIKE_FACTOR)
+    return metrics
+
+
+def test_a_loss_that_leaps_past_twice_the_median_and_stays_up_stops_the_run_at_its_third_step():
+    """A warmup's falling loss, a single bad batch, a data mix that raises the loss by half:
+    none stops. A leap that stays up (the saturated model of a too-high LR: ln V after it, with
+    a gradient norm of 0, never NaN) stops at its third step, as a divergence the launcher
+    knows, naming the step it started and the median it was held to."""
+    watch = spike_watch()
+    losses = [9.0, 7.5, 8.0, 6.0] + [3.0 - 0.01 * s for s in range(20)]
+    losses += [7.0, 2.8, 2.9, 4.2, 4.1, 4.0, 4.0, 3.9, 3.0]  # one bad batch; a new mixture
+    for step, loss in enumerate(losses, start=1):
+        watch._watch_for_spikes(step, loss)
+    leap = len(losses) + 1
+    watch._watch_for_spikes(leap, 2.7e5)
+    watch._watch_for_spikes(leap + 1, math.log(256))
+    message = rf"^Loss spike at step {leap + 2}: .* above 2x .* \(2\.9\d*\) at step {leap} "
+    with pytest.raises(RuntimeError, match=message) as raised:
+        watch._watch_for_spikes(leap + 2, math.log(256))
+    assert any(marker in str(raised.value) for marker in DIVERGENCE_MARKERS)
+    # a leap the run recovers from within the steps is no stop; a rise under 2x is none
+    watch = spike_watch()
+    for step, loss in enumerate([3.0] * 10 + [9.0, 5.0, 3.1, 3.0] + [5.9] * 10, start=1):
+        watch._watch_for_spikes(step, loss)
 
 
 def stage_spec(tmp_path: Path, name: str, losses: dict[int, float]) -> RunSpec:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -644,11 +645,13 @@ def test_divergence_stops_the_run_and_names_the_last_sane_checkpoint(
     one_process_run, phase, tmp_path
 ):
     """Resumed at step 20 with an LR of 100 and a checkpoint every step: the loss leaps from
-    2.7 to ~1e5 at step 22, the weights stay finite (huge) for a few checkpoints, then the
-    gradient norm is NaN. The run stops with a clear message, writes no checkpoint of the NaN
-    step, calls its last checkpoint diverged (finite weights, a loss far above the running
-    median of the sane ones), names step 20 as the last sane one, left byte for byte as it was,
-    and prints the config lines that restart the stage from it with a lower LR."""
+    2.7 to ~1e5 at step 22 and the weights stay finite (huge) for a few checkpoints; then,
+    depending on the CPU's arithmetic, the gradient norm is NaN, or the model saturates (ln V
+    at every step, a gradient norm of 0): the loss spike stops it at step 24 at the latest. The
+    run stops with a clear message, writes no checkpoint of the step it stopped at, calls its
+    last checkpoint diverged (finite weights, a loss far above the running median of the sane
+    ones), names step 20 as the last sane one, left byte for byte as it was, and prints the
+    config lines that restart the stage from it with a lower LR."""
     directory = tmp_path / "phase1-0123456789abcdef"  # a stage's kind of work folder
     source = one_process_run[0]
     target = directory / "ckpt" / "step-20"
@@ -668,9 +671,12 @@ def test_divergence_stops_the_run_and_names_the_last_sane_checkpoint(
     metrics = read_metrics(directory / "out" / "metrics.jsonl")
     assert metrics[21]["loss"] == read_metrics(source / "out" / "metrics.jsonl")[21]["loss"]
     assert metrics[22]["loss"] > 1000  # the first step at LR 100
-    failed = max(metrics) + 1
-    assert f"Gradient norm is not finite (grad_norm=nan) at step {failed}" in proc.stdout
-    assert "training stopped because it diverged: Gradient norm is not finite" in proc.stderr
+    stop = re.search(r"(Gradient norm is not finite \(grad_norm=nan\)|Loss spike) at step (\d+)",
+                     proc.stdout)  # fmt: skip
+    assert stop, proc.stdout[-3000:]
+    failed = int(stop.group(2))
+    assert failed <= 24 and max(metrics) == failed - (stop.group(1) != "Loss spike")
+    assert f"training stopped because it diverged: {stop.group(1)}" in proc.stderr
     steps = sorted(checkpoint_steps(directory / "ckpt"))
     assert steps == list(range(20, failed))  # finite weights, saved; the NaN step is not
     last = directory / "ckpt" / f"step-{failed - 1}"
