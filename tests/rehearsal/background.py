@@ -17,7 +17,7 @@ from tests.conftest import BIN, REPO, BackgroundRun, local_cluster, run_tool
 
 PRESET = REPO / "config" / "presets" / "apertus-8b.yaml"
 OVERLAY = REPO / "config" / "rehearsal" / "apertus-8b.yaml"
-TIMEOUT = 3600  # seconds for the whole pipeline (about 28 min alone on a slow CI machine)
+TIMEOUT = 4800  # seconds for the whole pipeline (about 28 min alone on a slow CI machine)
 # The rehearsal's profile: profiles/slurm-local with the small steps sharing SLURM jobs
 # (Snakemake's job groups, the profile's `groups`).
 PROFILE = REPO / "profiles" / "slurm-rehearsal"
