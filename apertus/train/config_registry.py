@@ -64,6 +64,7 @@ from apertus.train.run_spec import (
 )
 from apertus.train.sft_loader import SFTDataLoader
 from apertus.train.trainer import ApertusTrainer, QRPOTrainer
+from apertus.train.watchdog import collective_timeout, hang_timeout
 
 __all__ = ["from_spec", "trainer_config"]
 
@@ -223,8 +224,12 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
         ),
         activation_checkpoint=activation_checkpoint,
         compile=CompileConfig(enable=spec.compile),
-        # No NCCL flight recorder on gloo.
-        comm=CommConfig(trace_buf_size=0) if device == "cpu" else CommConfig(),
+        # The hang watchdog (apertus.train.watchdog) speaks before a collective's own timeout;
+        # no NCCL flight recorder on gloo.
+        comm=CommConfig(
+            train_timeout_seconds=collective_timeout(hang_timeout()),
+            **({"trace_buf_size": 0} if device == "cpu" else {}),
+        ),
         debug=DebugConfig(seed=spec.seed),
         loss=loss,
     )

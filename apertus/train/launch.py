@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +56,7 @@ from apertus.train.run_spec import (
     wandb_run_id,
 )
 from apertus.train.slurm import Rendezvous, SlurmJob, srun_command, srun_environment
+from apertus.train.watchdog import HANG_FOLDER, HANG_TIMEOUT_ENV, hang_reports, hang_timeout
 
 __all__ = [
     "DIVERGED",
@@ -368,8 +370,8 @@ def run(
     nnodes: int = 1,
 ) -> int:
     """Run the trainer on `nproc` processes on each of `nnodes` nodes; returns torchrun's exit
-    code, `STOPPED` when training stopped early with a checkpoint (then, in a SLURM job,
-    the job is requeued), or `DIVERGED` when it diverged (after saying which checkpoint is sane
+    code, `STOPPED` when training stopped early with a checkpoint or hung (then, in a SLURM
+    job at its time limit or hung, the job is requeued), or `DIVERGED` when it diverged (after saying which checkpoint is sane
     and how to restart from it).
 
     Outside SLURM, torchrun runs standalone on this machine (`nnodes` must be 1). Inside a
@@ -426,6 +428,7 @@ def run(
             job, nnodes, torchrun_command(nproc, extra_args, job.rendezvous(nnodes))
         )
         env = srun_environment(env)
+    env[HANG_TIMEOUT_ENV] = f"{hang_timeout(env):g}"  # a bad value stops here, before a rank
     stop_at = _stop_at(job, env)
     if stop_at is not None:
         env[STOP_AT_ENV] = repr(stop_at)
@@ -445,6 +448,9 @@ def run(
     # The trainer writes this file when it stops early (apertus.train.trainer).
     stopped = Path(spec.metrics_folder).absolute() / STOPPED_FILE
     stopped.unlink(missing_ok=True)
+    # And the hang watchdog these (apertus.train.watchdog), one per rank.
+    hung = Path(spec.metrics_folder).absolute() / HANG_FOLDER
+    shutil.rmtree(hung, ignore_errors=True)
     divergence: str | None = None
     # torchrun dies with this process, and each rank with torchrun (apertus.core.lifetime): a
     # killed step leaves no trainer writing into its work directory.
@@ -497,6 +503,24 @@ def run(
         # A signal came from SLURM (preemption, requeue, scancel), which decides what follows;
         # at the time limit the job asks to be requeued itself.
         if job is not None and note["time_limit"]:
+            why_not = job.requeue()
+            _say(
+                f"requeued SLURM job {job.job_id}"
+                if why_not is None
+                else f"could not requeue SLURM job {job.job_id}: {why_not}"
+            )
+        return STOPPED
+    reports = hang_reports(hung.parent)
+    if reports and divergence is None:
+        said = "\n".join(f"  {line}" for line in reports.values())
+        _say(
+            f"error: training hung: {len(reports)} rank(s) ended by the hang watchdog:\n{said}\n"
+            f"Each rank's threads' stacks are in {hung}/rank-<R>.txt: the rank that hangs is "
+            "the one not waiting in a collective. The last checkpoint is "
+            f"{last}, and a rerun resumes from it."
+        )
+        set_resume_point(f"{last}, the last checkpoint" if steps else "none: a re-run starts over")
+        if job is not None:
             why_not = job.requeue()
             _say(
                 f"requeued SLURM job {job.job_id}"

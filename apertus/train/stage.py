@@ -295,7 +295,8 @@ def train_and_record(
         if code == STOPPED:
             raise ApertusError(
                 f"training of {name} stopped early with a checkpoint in {work / 'ckpt'} (a signal, "
-                "or its SLURM time limit ahead); a re-run resumes from it"
+                "its SLURM time limit ahead, or a hang: the lines above say which); a re-run "
+                "resumes from it"
             )
         if code == DIVERGED:
             raise ApertusError(

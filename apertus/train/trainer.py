@@ -1,5 +1,6 @@
-"""The trainer: torchtitan's `Trainer` with the global-batch ramp of RECIPE.md §4 and the early stop
-of `apertus.train.early_stop` (`ApertusTrainer`), and its QRPO variant (`QRPOTrainer`, RECIPE.md
+"""The trainer: torchtitan's `Trainer` with the global-batch ramp of RECIPE.md §4, the early stop
+of `apertus.train.early_stop` and the hang watchdog of `apertus.train.watchdog`
+(`ApertusTrainer`), and its QRPO variant (`QRPOTrainer`, RECIPE.md
 §7), whose loss is a mean over completions (`apertus.train.qrpo_loss`).
 """
 
@@ -10,6 +11,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +25,7 @@ from apertus.train.early_stop import STOPPED_FILE, TIME_LIMIT, StopRequest
 from apertus.train.metrics import ApertusMetrics
 from apertus.train.qrpo_loss import QRPO_ROW_KEYS, STATISTICS, QRPOLoss
 from apertus.train.schedule import BatchRamp
+from apertus.train.watchdog import HANG_FOLDER, StepWatchdog, hang_timeout
 
 
 def _any_rank(flag: bool, device: torch.device) -> bool:
@@ -66,6 +69,8 @@ class ApertusTrainer(Trainer):
         self.stop_request = StopRequest.install()
         self._first_step: int | None = None
         super().__init__(config)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        self.watchdog = StepWatchdog(hang_timeout(), Path(config.dump_folder) / HANG_FOLDER, rank)
         start = config.training.global_batch_size
         self._sequences_per_micro_step = start // self.gradient_accumulation_steps
         self.ramp = (
@@ -83,14 +88,17 @@ class ApertusTrainer(Trainer):
         """torchtitan's training loop. It ends with rank 0 sleeping 2 s "for other ranks to
         complete"; a one-process run has none, and those 2 s are on the critical path of every
         stage of the tiny default (nine pretraining stages, SFT, QRPO), so it sleeps 0 s there."""
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            return super().train()
-        torchtitan_trainer = sys.modules[Trainer.__module__]
-        torchtitan_trainer.time = _NoSleep()  # its one `sleep` is that one
         try:
-            return super().train()
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                return super().train()
+            torchtitan_trainer = sys.modules[Trainer.__module__]
+            torchtitan_trainer.time = _NoSleep()  # its one `sleep` is that one
+            try:
+                return super().train()
+            finally:
+                torchtitan_trainer.time = time
         finally:
-            torchtitan_trainer.time = time
+            self.watchdog.close()
 
     def should_continue_training(self) -> bool:
         """torchtitan's test before each step, plus an early stop: after a SIGTERM/SIGUSR1 on
@@ -147,6 +155,7 @@ class ApertusTrainer(Trainer):
         if isinstance(self.metrics_processor, ApertusMetrics):
             self.metrics_processor.global_batch = batch
         super().train_step(data_iterator)
+        self.watchdog.beat(self.step)
 
 
 class QRPOTrainer(ApertusTrainer):
