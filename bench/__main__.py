@@ -7,6 +7,7 @@ Benchmarks (`python -m bench.<name>` runs one alone, with its own options):
   train_step    our training step against torchtitan's llama3 at matched size; Goldfish share
   activation    xIELU (fused and reference) against SwiGLU, elementwise and whole MLP
   optimizer     AdEMAMix against AdamW, step time and state memory
+  bf16_cpu      a bf16 training step on a CPU without bf16 units: our products against torch's
   data_filter   the data stage's filter chain against datatrove's FineWeb-2-style chain
   tokenization  the tokenization stage against raw `encode_batch`
   verify_data   block-checked reads, checksum writing, sha256 checks, checkpoint seals
@@ -34,6 +35,7 @@ BENCHMARKS = (
     "train_step",
     "activation",
     "optimizer",
+    "bf16_cpu",
     "data_filter",
     "tokenization",
     "verify_data",
