@@ -371,8 +371,8 @@ def run(
 ) -> int:
     """Run the trainer on `nproc` processes on each of `nnodes` nodes; returns torchrun's exit
     code, `STOPPED` when training stopped early with a checkpoint or hung (then, in a SLURM
-    job at its time limit or hung, the job is requeued), or `DIVERGED` when it diverged (after saying which checkpoint is sane
-    and how to restart from it).
+    job at its time limit or hung, the job is requeued), or `DIVERGED` when it diverged (after
+    saying which checkpoint is sane and how to restart from it).
 
     Outside SLURM, torchrun runs standalone on this machine (`nnodes` must be 1). Inside a
     SLURM job, one srun task per node runs torchrun (apertus.train.slurm), and the trainer

@@ -317,6 +317,7 @@ def test_sft_spec_builds_a_trainer_config_with_the_sft_loader(sft_dir, tmp_path)
     assert isinstance(config.tokenizer, PretokenizedVocabulary.Config)
     assert config.hf_assets_path == str(sft_dir)
     assert config.lr_scheduler.kind == "linear" and config.training.max_norm == 1.0
+    assert config.metrics.spike_factor == 0.0  # an SFT step's loss swings past 2x
     groups = [g.optimizer_kwargs for g in config.optimizer.param_groups]
     assert all(g["weight_decay"] == 0.0 and g["alpha"] == 8.0 for g in groups)
     assert all(g["t_beta3"] == STEPS and g["betas"] == (0.9, 0.999, 0.999) for g in groups)

@@ -281,3 +281,5 @@ def test_run_spec_passes_the_degree_to_torchtitan(phase, tmp_path):
     assert parallelism.enable_sequence_parallel is False
     plain = trainer_config(load_run_spec(write_spec(tmp_path, phase)))
     assert plain.parallelism.tensor_parallel_degree == 1
+    assert plain.metrics.spike_factor == 2.0  # pretraining stops on a loss spike
+    assert plain.comm.train_timeout_seconds == 1860  # past the hang watchdog's 1800 s
