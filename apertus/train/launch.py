@@ -503,12 +503,7 @@ def run(
         # A signal came from SLURM (preemption, requeue, scancel), which decides what follows;
         # at the time limit the job asks to be requeued itself.
         if job is not None and note["time_limit"]:
-            why_not = job.requeue()
-            _say(
-                f"requeued SLURM job {job.job_id}"
-                if why_not is None
-                else f"could not requeue SLURM job {job.job_id}: {why_not}"
-            )
+            _requeue(job)
         return STOPPED
     reports = hang_reports(hung.parent)
     if reports and divergence is None:
@@ -521,12 +516,7 @@ def run(
         )
         set_resume_point(f"{last}, the last checkpoint" if steps else "none: a re-run starts over")
         if job is not None:
-            why_not = job.requeue()
-            _say(
-                f"requeued SLURM job {job.job_id}"
-                if why_not is None
-                else f"could not requeue SLURM job {job.job_id}: {why_not}"
-            )
+            _requeue(job)
         return STOPPED
     if returncode != 0:
         if divergence is not None:
@@ -554,6 +544,16 @@ def run(
     if unwritten is not None:
         raise unwritten  # the step fails with it (apertus.core.stage.run_main names it)
     return returncode
+
+
+def _requeue(job: SlurmJob) -> None:
+    """Ask SLURM to requeue `job` and say whether it did."""
+    why_not = job.requeue()
+    _say(
+        f"requeued SLURM job {job.job_id}"
+        if why_not is None
+        else f"could not requeue SLURM job {job.job_id}: {why_not}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
