@@ -219,9 +219,7 @@ def trainer_config(spec: RunSpec, *, world_size: int = 1) -> Trainer.Config:
             wandb_mode=spec.wandb.mode,
             jsonl_file="metrics.jsonl",
             total_steps=spec.steps,
-            # Pretraining and long context: an SFT step's few conversations move its loss by
-            # more than 2x (the default run's SFT: 6.7, then 13+ at step 4), QRPO's is no
-            # cross entropy.
+            # Pretraining and long context only (`SPIKE_FACTOR`).
             spike_factor=SPIKE_FACTOR if isinstance(dataloader, PhaseDataLoader.Config) else 0.0,
             disable_color_printing=True,
         ),

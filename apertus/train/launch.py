@@ -408,8 +408,8 @@ def run(
             f"training data {checked.data_dir}: each block of its index and shard files is "
             "checked against its crc32 as it is read"
         )
+    metrics = Path(spec.metrics_folder).absolute()
     if spec.wandb.enabled:
-        metrics = Path(spec.metrics_folder).absolute()
         where = (
             f"offline in {metrics / 'wandb'}; upload with `wandb sync "
             f"{metrics / 'wandb'}/offline-run-*`"
@@ -446,10 +446,10 @@ def run(
         _say(f"will stop with a checkpoint at {time.ctime(stop_at)} (SLURM time limit ahead)")
 
     # The trainer writes this file when it stops early (apertus.train.trainer).
-    stopped = Path(spec.metrics_folder).absolute() / STOPPED_FILE
+    stopped = metrics / STOPPED_FILE
     stopped.unlink(missing_ok=True)
     # And the hang watchdog these (apertus.train.watchdog), one per rank.
-    hung = Path(spec.metrics_folder).absolute() / HANG_FOLDER
+    hung = metrics / HANG_FOLDER
     shutil.rmtree(hung, ignore_errors=True)
     divergence: str | None = None
     # torchrun dies with this process, and each rank with torchrun (apertus.core.lifetime): a
@@ -505,7 +505,7 @@ def run(
         if job is not None and note["time_limit"]:
             _requeue(job)
         return STOPPED
-    reports = hang_reports(hung.parent)
+    reports = hang_reports(metrics)
     if reports and divergence is None:
         said = "\n".join(f"  {line}" for line in reports.values())
         _say(

@@ -69,16 +69,19 @@ class StepWatchdog:
         self.timeout, self.folder, self.rank = timeout, Path(folder), rank
         self.step: int | None = None
         self.last_beat = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="step-watchdog", daemon=True)
-        self._thread.start()
         hang_at = os.environ.get(HANG_AT_ENV, "")
         rank_text, _, step_text = hang_at.partition(":")
         self._hang_at = int(step_text) if hang_at and int(rank_text) == rank else None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="step-watchdog", daemon=True)
+        self._thread.start()
 
     def beat(self, step: int) -> None:
         """Step `step` has ended on this rank."""
-        self.step, self.last_beat = step, time.monotonic()
+        # The time first: the watch thread reads `step` as "armed" and must never pair it with
+        # the time before a long first step.
+        self.last_beat = time.monotonic()
+        self.step = step
         if self._hang_at is not None and step >= self._hang_at:
             while True:  # the injected fault: this rank never steps again
                 time.sleep(3600)
